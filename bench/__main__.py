@@ -1,0 +1,38 @@
+"""`make bench`: run every benchmark (or those named) and print ratios against in-run baselines.
+
+Each benchmark module exposes ``main(argv: list[str]) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+BENCHMARKS = {
+    "exporter": "bench.exporter",
+    "rules": "bench.rules",
+    "reporter": "bench.reporter",
+    "extender": "bench.extender",
+    "detection": "bench.detection",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench")
+    parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="default: all")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    args = parser.parse_args(argv)
+    failed = []
+    for name in args.names or list(BENCHMARKS):
+        print(f"\n=== bench {name} ===", flush=True)
+        module = importlib.import_module(BENCHMARKS[name])
+        if module.main(["--quick"] if args.quick else []) != 0:
+            failed.append(name)
+    if failed:
+        print(f"\nbenchmarks missing their targets: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

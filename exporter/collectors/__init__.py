@@ -1,0 +1,27 @@
+"""Built-in collectors; importing this package registers them all."""
+
+from exporter.collectors import (
+    biolatency,
+    cpu,
+    diskstats,
+    kata,
+    meminfo,
+    perf_llc,
+    pressure,
+    resctrl,
+    schedstat,
+    vmstat,
+)
+
+__all__ = [
+    "biolatency",
+    "cpu",
+    "diskstats",
+    "kata",
+    "meminfo",
+    "perf_llc",
+    "pressure",
+    "resctrl",
+    "schedstat",
+    "vmstat",
+]

@@ -1,0 +1,134 @@
+"""Block I/O latency histogram from eBPF (bcc), by device and operation.
+
+The BPF program is compiled once at start-up; each scrape only walks its histogram map. Without
+bcc, kernel headers, tracefs or the privilege to load BPF, the collector turns off with the
+reason, and the ``diskstats`` collector carries the block-latency signal instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.metrics_core import HistogramMetricFamily
+
+from exporter.errors import UnavailableError
+from exporter.paths import read_text
+from exporter.registry import CollectorConfig, Option, register
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+PROGRAM = Path(__file__).with_name("biolatency.bpf.c")
+OPERATIONS = ("read", "write", "discard", "flush", "other")
+# Exported buckets: 2^k microseconds for k in [MIN_SLOT, MAX_SLOT] (8 us .. ~8.4 s) and +Inf.
+MIN_SLOT = 3
+MAX_SLOT = 23
+BUCKET_BOUNDS = tuple(2**k / 1e6 for k in range(MIN_SLOT, MAX_SLOT + 1))
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+DEFAULT_BCC_PATH = "/usr/lib/python3/dist-packages"
+MINORBITS = 20  # the kernel's dev_t: major << 20 | minor
+
+
+def load_bcc(fallback_dir: str) -> Any:
+    """Import bcc; Debian installs it for the system python only, so also look in its dir."""
+    try:
+        import bcc  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        init = os.path.join(fallback_dir, "bcc", "__init__.py")
+        spec = importlib.util.spec_from_file_location(
+            "bcc", init, submodule_search_locations=[os.path.dirname(init)]
+        )
+        if spec is None or spec.loader is None or not os.path.exists(init):
+            raise UnavailableError(
+                f"bcc Python module not found (install python3-bpfcc; looked in {fallback_dir})"
+            ) from None
+        bcc = importlib.util.module_from_spec(spec)
+        sys.modules["bcc"] = bcc
+        try:
+            spec.loader.exec_module(bcc)
+        except Exception as exc:
+            del sys.modules["bcc"]
+            raise UnavailableError(f"bcc Python module failed to import: {exc}") from exc
+    return bcc
+
+
+def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]], float]:
+    """bcc log2 slots (count of latencies in [2^(s-1), 2^s) us) -> cumulative buckets, sum.
+
+    The sum is estimated from each slot's midpoint; the histogram's buckets are exact.
+    """
+    buckets: list[tuple[str, float]] = []
+    total = 0
+    estimated_sum = 0.0
+    for slot in sorted(slots):
+        midpoint_us = 1.0 if slot <= 1 else 1.5 * 2 ** (slot - 1)
+        estimated_sum += slots[slot] * midpoint_us / 1e6
+    for k, bound in zip(range(MIN_SLOT, MAX_SLOT + 1), BUCKET_BOUNDS, strict=True):
+        total = sum(count for slot, count in slots.items() if slot <= k)
+        buckets.append((repr(bound), float(total)))
+    buckets.append(("+Inf", float(sum(slots.values()))))
+    return buckets, estimated_sum
+
+
+@register(
+    "biolatency",
+    default_enabled=True,
+    help="block I/O latency histogram from eBPF (bcc); falls back to diskstats",
+    options=(Option("bcc-path", DEFAULT_BCC_PATH, "directory holding the bcc Python package"),),
+)
+class BiolatencyCollector:
+    def __init__(self, config: CollectorConfig) -> None:
+        self._sysfs = config.paths
+        if not any(os.path.isdir(os.path.join(d, "events", "block")) for d in TRACEFS_DIRS):
+            raise UnavailableError(
+                "tracefs is not mounted (no block tracepoints under /sys/kernel/tracing); "
+                "mount -t tracefs nodev /sys/kernel/tracing"
+            )
+        bcc = load_bcc(config.option("bcc-path"))
+        try:
+            self._bpf = bcc.BPF(text=PROGRAM.read_text())
+        except Exception as exc:
+            raise UnavailableError(
+                f"BPF program failed to load: {str(exc).strip().splitlines()[-1]} "
+                "(kernel headers missing? set BCC_KERNEL_SOURCE; needs CAP_BPF and CAP_PERFMON)"
+            ) from exc
+        self._dist = self._bpf["dist"]
+        self._names: dict[int, str] = {}
+
+    def _device(self, dev: int) -> str:
+        name = self._names.get(dev)
+        if name is None:
+            major, minor = dev >> MINORBITS, dev & ((1 << MINORBITS) - 1)
+            name = f"{major}:{minor}"
+            try:
+                uevent = read_text(self._sysfs.sys("dev", "block", f"{major}:{minor}", "uevent"))
+                for line in uevent.splitlines():
+                    if line.startswith("DEVNAME="):
+                        name = line.removeprefix("DEVNAME=")
+            except OSError:
+                pass  # a device gone since: keep major:minor
+            self._names[dev] = name
+        return name
+
+    def update(self) -> list[Metric]:
+        slots: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+        for key, value in self._dist.items():
+            slots[(key.dev, key.op)][key.slot] = value.value
+        family = HistogramMetricFamily(
+            "mco_block_io_latency_seconds",
+            "Block request latency from issue to completion (eBPF), by device and operation.",
+            labels=["device", "operation"],
+        )
+        for (dev, op), counts in sorted(slots.items()):
+            buckets, total = histogram_from_slots(counts)
+            operation = OPERATIONS[op] if op < len(OPERATIONS) else "other"
+            family.add_metric([self._device(dev), operation], buckets, total)
+        return [family]
+
+    def close(self) -> None:
+        self._bpf.cleanup()

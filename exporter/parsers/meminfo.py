@@ -1,0 +1,27 @@
+"""/proc/meminfo."""
+
+from __future__ import annotations
+
+from exporter.errors import ParseError
+from exporter.parsers.fields import uint
+
+_UNITS = {"kB": 1024, "": 1}
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """Return every field in bytes (``MemTotal: 16 kB`` -> ``{"MemTotal": 16384}``)."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, sep, rest = line.partition(":")
+        if not sep or not name or " " in name:
+            raise ParseError(f"malformed meminfo line {line!r}")
+        parts = rest.split()
+        if not 1 <= len(parts) <= 2:
+            raise ParseError(f"malformed meminfo value {line!r}")
+        unit = parts[1] if len(parts) == 2 else ""
+        if unit not in _UNITS:
+            raise ParseError(f"unknown meminfo unit {unit!r}")
+        fields[name] = uint(parts[0], f"meminfo {name}") * _UNITS[unit]
+    return fields

@@ -1,0 +1,260 @@
+"""Real servers as child processes: Prometheus, VictoriaMetrics, MCO's own components.
+
+Used by `make run`, the integration tests and the benchmarks, so all three start the same real
+parts the same way. Every child runs in its own process group and is killed with it, so nothing
+is left running after a test or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(
+    check: Callable[[], bool], *, timeout: float, interval: float = 0.1, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+class Managed:
+    """A child process in its own session; ``stop()`` kills its whole process group."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        name: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.name = name
+        self.log_path = log_path
+        self.env = dict(os.environ, **(env or {}))
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout)
+        # Children that outlived the leader (a shell's children) go with the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait_http(self, url: str, *, timeout: float = 30.0, **kwargs: Any) -> None:
+        def ready() -> bool:
+            if not self.alive:
+                raise RuntimeError(f"{self.name} exited:\n{self.log_tail()}")
+            return requests.get(url, timeout=1, **kwargs).status_code == 200
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if ready():
+                    return
+            except RuntimeError:
+                raise
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(
+            f"{self.name} not ready at {url} after {timeout:.0f}s:\n{self.log_tail()}"
+        )
+
+    def __enter__(self) -> Managed:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    job: str
+    address: str  # host:port
+    labels: dict[str, str] = field(default_factory=dict)
+    scheme: str = "http"
+    metrics_path: str = "/metrics"
+
+
+class Prometheus(Managed):
+    """A real Prometheus (Debian's package) with a generated config."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        targets: Sequence[ScrapeTarget] = (),
+        rule_files: Sequence[Path] = (),
+        scrape_interval: str = "1s",
+        evaluation_interval: str = "1s",
+        port: int | None = None,
+        binary: str = "prometheus",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.config_path = workdir / "prometheus.yml"
+        self.targets = list(targets)
+        self.rule_files = list(rule_files)
+        self.scrape_interval = scrape_interval
+        self.evaluation_interval = evaluation_interval
+        self.write_config()
+        super().__init__(
+            [
+                binary,
+                f"--config.file={self.config_path}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+                *extra_args,
+            ],
+            name="prometheus",
+            log_path=workdir / "prometheus.log",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_config(self) -> None:
+        jobs: dict[str, list[ScrapeTarget]] = {}
+        for t in self.targets:
+            jobs.setdefault(t.job, []).append(t)
+        config = {
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "scrape_timeout": self.scrape_interval,
+                "evaluation_interval": self.evaluation_interval,
+            },
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": [
+                {
+                    "job_name": job,
+                    "scheme": ts[0].scheme,
+                    "metrics_path": ts[0].metrics_path,
+                    "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts],
+                }
+                for job, ts in jobs.items()
+            ],
+        }
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def start(self) -> None:
+        super().start()
+        self.wait_http(f"{self.url}/-/ready")
+
+    def reload(self) -> None:
+        self.write_config()
+        requests.post(f"{self.url}/-/reload", timeout=10).raise_for_status()
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
+        body = response.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The single value of a one-series query, or None when it returns nothing."""
+        result = self.query(expr, at)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise RuntimeError(f"{expr!r} returned {len(result)} series")
+        return float(result[0]["value"][1])
+
+    def wait_for_series(self, expr: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            found[:] = self.query(expr)
+            return bool(found)
+
+        wait_until(check, timeout=timeout, what=f"{expr!r} in Prometheus")
+        return found
+
+
+@contextlib.contextmanager
+def running(*servers: Managed) -> Iterator[None]:
+    """Start servers in order, stop them in reverse, whatever happens in between."""
+    started: list[Managed] = []
+    try:
+        for server in servers:
+            server.start()
+            started.append(server)
+        yield
+    finally:
+        for server in reversed(started):
+            server.stop()
