@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -74,10 +75,8 @@ def parse_listen(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104  (a node agent serves the node)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    all_specs = specs()
-    args = build_parser(all_specs).parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
+def build_collector(args: argparse.Namespace, all_specs: dict[str, CollectorSpec]) -> NodeCollector:
+    """The scrape-time collector for parsed flags (shared with the serving benchmark)."""
     paths = Paths(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
     options = {
         key.removeprefix("option_"): value
@@ -89,6 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         kernel = read_text(paths.proc("sys", "kernel", "osrelease")).strip()
     except OSError:
         kernel = "unknown"
+    return NodeCollector(
+        enabled, CollectorConfig(paths, options), node_name=args.node_name, kernel=kernel
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    all_specs = specs()
+    args = build_parser(all_specs).parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
     try:
         host, port = parse_listen(args.listen)
         tls = tls_from_args(args)
@@ -96,9 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         log.error("bad flags", extra={"err": str(exc)})
         return 2
-    node = NodeCollector(
-        enabled, CollectorConfig(paths, options), node_name=args.node_name, kernel=kernel
-    )
+    node = build_collector(args, all_specs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node)
     try:
@@ -110,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keyfile=tls.key_file,
             client_cafile=tls.client_ca_file,
             client_auth_required=tls.client_ca_file is not None,
+            tls_min_version=ssl.TLSVersion.TLSv1_2,
         )
     except OSError as exc:
         log.error("cannot serve", extra={"address": args.listen, "err": str(exc)})

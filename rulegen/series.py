@@ -51,3 +51,25 @@ RULE_CONFIG_INFO: Final = "mco:rule_config:info"
 
 # Raw exporter series readers need next to the recorded ones.
 KATA_READY: Final = "mco_kata_runtime_ready"
+
+# Per-signal index, labels ``detection`` and ``signal`` (values of SIGNAL_LABELS): which signal
+# drives a detection. Recorded only where the signal counts for its detection on that node
+# (the memory-pressure fallback signals only where PSI is not available).
+SIGNAL_INDEX: Final = "node:mco_signal_index:ratio"  # {detection, signal}
+SIGNAL_LABELS: Final[dict[str, str]] = {
+    "llcMissRatio": "llc_miss_ratio",
+    "blockIOLatencyP95Seconds": "block_io_latency_p95_seconds",
+    "blockIOLatencyP99Seconds": "block_io_latency_p99_seconds",
+    "psiIOSome": "psi_io_some",
+    "psiMemorySome": "psi_memory_some",
+    "memoryAvailableRatio": "memory_available_ratio",
+    "pageScanRate": "pgscan_rate",
+    "cpuStealRatio": "cpu_steal_ratio",
+    "runqueueWaitRatio": "runqueue_wait_ratio",
+}
+# The node set: every node whose exporter is up has this series (label ``node`` from the
+# scrape, ``nodename`` from the exporter); the rules use it so every ``:bool`` series exists
+# on every node.
+NODE_INFO: Final = "mco_node_info"
+# Gauge the reporter exports: Unix time of its last successful sync (alert MCOReportStale).
+REPORTER_LAST_SYNC: Final = "mco_reporter_last_sync_timestamp_seconds"

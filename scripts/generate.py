@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATORS = (
-    "rulegen.generate",  # recording rules + alerts (plain and PrometheusRule), DetectionRuleConfig CRD
+    "rulegen.generate",  # recording rules, alerts, DetectionRuleConfig CRD
     "reporter.crd",  # NodeInterferenceReport CRD
     "rulegen.dashboards",  # Grafana dashboards
 )

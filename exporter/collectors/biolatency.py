@@ -79,7 +79,14 @@ def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]]
     "biolatency",
     default_enabled=True,
     help="block I/O latency histogram from eBPF (bcc); falls back to diskstats",
-    options=(Option("bcc-path", DEFAULT_BCC_PATH, "directory holding the bcc Python package"),),
+    options=(
+        Option("bcc-path", DEFAULT_BCC_PATH, "directory holding the bcc Python package"),
+        Option(
+            "kernel-source",
+            os.environ.get("BCC_KERNEL_SOURCE", ""),
+            "kernel headers tree for bcc (default $BCC_KERNEL_SOURCE, else bcc's own search)",
+        ),
+    ),
 )
 class BiolatencyCollector:
     def __init__(self, config: CollectorConfig) -> None:
@@ -90,14 +97,16 @@ class BiolatencyCollector:
                 "mount -t tracefs nodev /sys/kernel/tracing"
             )
         bcc = load_bcc(config.option("bcc-path"))
+        if config.option("kernel-source"):
+            os.environ["BCC_KERNEL_SOURCE"] = config.option("kernel-source")
         try:
-            self._bpf = bcc.BPF(text=PROGRAM.read_text())
+            self._bpf = bcc.BPF(text=PROGRAM.read_bytes())
         except Exception as exc:
             raise UnavailableError(
                 f"BPF program failed to load: {str(exc).strip().splitlines()[-1]} "
                 "(kernel headers missing? set BCC_KERNEL_SOURCE; needs CAP_BPF and CAP_PERFMON)"
             ) from exc
-        self._dist = self._bpf["dist"]
+        self._dist = self._bpf[b"dist"]
         self._names: dict[int, str] = {}
 
     def _device(self, dev: int) -> str:

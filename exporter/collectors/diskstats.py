@@ -27,7 +27,8 @@ DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p|mmcblk\d+p)\d+
 class DiskstatsCollector(FileCollector):
     def __init__(self, config: CollectorConfig) -> None:
         self._path = config.paths.proc("diskstats")
-        self._exclude = re.compile(config.option("device-exclude"))
+        exclude = re.compile(config.option("device-exclude"))
+        self._include = lambda device: exclude.match(device) is None
 
     def update(self) -> list[Metric]:
         time_total = CounterMetricFamily(
@@ -41,9 +42,7 @@ class DiskstatsCollector(FileCollector):
             "Block requests completed (reads, writes, discards, flushes).",
             labels=["device"],
         )
-        for disk in parse_diskstats(read_text(self._path)):
-            if self._exclude.match(disk.device):
-                continue
+        for disk in parse_diskstats(read_text(self._path), self._include):
             time_total.add_metric([disk.device], disk.time_ms / 1000)
             completed.add_metric([disk.device], disk.completed)
         return [time_total, completed]

@@ -15,14 +15,17 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 
+WANTED = frozenset({"MemTotal", "MemAvailable"})
+
+
 @register("meminfo", default_enabled=True, help="MemAvailable and MemTotal from /proc/meminfo")
 class MeminfoCollector(FileCollector):
     def __init__(self, config: CollectorConfig) -> None:
         self._path = config.paths.proc("meminfo")
 
     def update(self) -> list[Metric]:
-        fields = parse_meminfo(read_text(self._path))
-        missing = [f for f in ("MemTotal", "MemAvailable") if f not in fields]
+        fields = parse_meminfo(read_text(self._path), WANTED)
+        missing = [f for f in sorted(WANTED) if f not in fields]
         if missing:  # MemAvailable appeared in 3.14
             raise ParseError(f"meminfo lacks {', '.join(missing)}")
         return [

@@ -21,7 +21,7 @@ class VmstatCollector(FileCollector):
         self._path = config.paths.proc("vmstat")
 
     def update(self) -> list[Metric]:
-        scans = page_scans(parse_vmstat(read_text(self._path)))
+        scans = page_scans(parse_vmstat(read_text(self._path), prefix="pgscan_"))
         if not scans.by_reclaimer and not scans.by_type:
             raise ParseError("vmstat has no pgscan counters")
         by_reclaimer = CounterMetricFamily(

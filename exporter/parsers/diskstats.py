@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.errors import ParseError
@@ -17,11 +18,12 @@ class DiskStats:
     time_ms: int
 
 
-def parse_diskstats(text: str) -> list[DiskStats]:
+def parse_diskstats(text: str, include: Callable[[str], bool] = lambda _: True) -> list[DiskStats]:
     """Parse the 14-field (<4.18), 18-field (4.18+, discards) or 20-field (5.5+, flushes) form.
 
     Completions and time are summed over reads, writes, discards and flushes, so that
-    time / completions is the mean request latency whatever the kernel version.
+    time / completions is the mean request latency whatever the kernel version. Devices that
+    ``include`` rejects (loops, partitions) are skipped before their numbers are parsed.
     """
     disks: list[DiskStats] = []
     for line in text.splitlines():
@@ -30,6 +32,8 @@ def parse_diskstats(text: str) -> list[DiskStats]:
             continue
         if len(parts) not in (14, 18, 20):
             raise ParseError(f"diskstats line has {len(parts)} fields: {line!r}")
+        if not include(parts[2]):
+            continue
         values = [uint(p, f"diskstats {parts[2]} field") for p in parts[3:]]
         # reads: values[0], ms_reading: values[3]; writes: values[4], ms_writing: values[7]
         completed = values[0] + values[4]

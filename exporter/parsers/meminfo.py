@@ -8,13 +8,16 @@ from exporter.parsers.fields import uint
 _UNITS = {"kB": 1024, "": 1}
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    """Return every field in bytes (``MemTotal: 16 kB`` -> ``{"MemTotal": 16384}``)."""
+def parse_meminfo(text: str, wanted: frozenset[str] | None = None) -> dict[str, int]:
+    """Return fields in bytes (``MemTotal: 16 kB`` -> ``{"MemTotal": 16384}``): all of them, or
+    only the ``wanted`` ones (the rest are not even validated, which keeps a scrape cheap)."""
     fields: dict[str, int] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
         name, sep, rest = line.partition(":")
+        if wanted is not None and name not in wanted:
+            continue
         if not sep or not name or " " in name:
             raise ParseError(f"malformed meminfo line {line!r}")
         parts = rest.split()

@@ -21,11 +21,14 @@ class PageScans:
     by_type: dict[str, int]
 
 
-def parse_vmstat(text: str) -> dict[str, int]:
-    """Parse ``name value`` lines into a dict."""
+def parse_vmstat(text: str, prefix: str = "") -> dict[str, int]:
+    """Parse ``name value`` lines into a dict, only those whose name starts with ``prefix``.
+
+    /proc/vmstat has ~200 lines and we need a dozen; skipping the rest keeps a scrape cheap.
+    """
     fields: dict[str, int] = {}
     for line in text.splitlines():
-        if not line.strip():
+        if not line.startswith(prefix) or not line.strip():
             continue
         parts = line.split()
         if len(parts) != 2:

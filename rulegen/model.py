@@ -1,0 +1,489 @@
+"""The detection model: DetectionRuleConfig as typed Python, its defaults and its validation.
+
+One config drives the recording rules, the alerts, the CRD and the dashboards (DESIGN §2–3), so
+everything about a signal (its config key, ``signal`` label, detection, direction, natural
+bounds) is declared once here. ``load_config`` accepts the custom resource's YAML and fills
+every field the object leaves out from the defaults, field by field, exactly as the CRD's
+structural defaults do on the API server; it then checks what the CRD's CEL rules check, so a
+config the API server would reject is rejected here with the same path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from rulegen import series
+from rulegen.durations import format_duration, parse_duration
+
+API_GROUP: Final = "mco.io"
+API_VERSION: Final = "v1alpha1"
+KIND: Final = "DetectionRuleConfig"
+PLURAL: Final = "detectionruleconfigs"
+DEFAULT_NAME: Final = "default"
+
+# PromQL label matchers (``job=~".*mco-exporter.*"``), nothing else: the selector is pasted
+# into alert expressions, so it must not be able to carry any other PromQL.
+MATCHER: Final = r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*"'
+SELECTOR_PATTERN: Final = rf"^\s*{MATCHER}(\s*,\s*{MATCHER})*\s*$"
+URL_PATTERN: Final = r"^https?://[^\s\"'<>{}]+$"
+
+
+class ConfigError(ValueError):
+    """An invalid DetectionRuleConfig; ``problems`` lists each one with its field path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        summary = problems[0] if len(problems) == 1 else f"{len(problems)} problems: "
+        if len(problems) > 1:
+            summary += "; ".join(problems)
+        super().__init__(f"invalid DetectionRuleConfig: {summary}")
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSpec:
+    """What the model knows about one thresholded signal."""
+
+    key: str  # config key, e.g. "psiIOSome"
+    detection: str  # detection config key, e.g. "ioCongestion"
+    unit: str
+    help: str
+    lower_is_worse: bool = False
+    fallback: bool = False  # under memoryPressure.fallback: used only where PSI is absent
+    maximum: float | None = None  # natural upper bound of the value (1 for ratios)
+
+    @property
+    def label(self) -> str:
+        """The ``signal`` label value on per-signal series."""
+        return series.SIGNAL_LABELS[self.key]
+
+    @property
+    def series(self) -> str:
+        return series.SIGNAL_SERIES[self.key]
+
+
+SIGNALS: Final[tuple[SignalSpec, ...]] = (
+    SignalSpec(
+        "llcMissRatio",
+        "cachePollution",
+        "ratio",
+        "Last-level-cache misses per LLC reference, all CPUs.",
+        maximum=1.0,
+    ),
+    SignalSpec(
+        "blockIOLatencyP95Seconds",
+        "ioCongestion",
+        "seconds",
+        "95th percentile block request latency of the node's worst device (eBPF histogram; "
+        "the diskstats mean latency where the node has no histogram).",
+    ),
+    SignalSpec(
+        "blockIOLatencyP99Seconds",
+        "ioCongestion",
+        "seconds",
+        "99th percentile block request latency of the node's worst device (eBPF histogram; "
+        "the diskstats mean latency where the node has no histogram).",
+    ),
+    SignalSpec(
+        "psiIOSome",
+        "ioCongestion",
+        "ratio",
+        "Share of wall time some task was stalled on I/O (PSI io some).",
+        maximum=1.0,
+    ),
+    SignalSpec(
+        "psiMemorySome",
+        "memoryPressure",
+        "ratio",
+        "Share of wall time some task was stalled on memory (PSI memory some).",
+        maximum=1.0,
+    ),
+    SignalSpec(
+        "memoryAvailableRatio",
+        "memoryPressure",
+        "ratio",
+        "MemAvailable / MemTotal; lower is worse. Used only where PSI is not available.",
+        lower_is_worse=True,
+        fallback=True,
+        maximum=1.0,
+    ),
+    SignalSpec(
+        "pageScanRate",
+        "memoryPressure",
+        "pages/s",
+        "Pages scanned by reclaim per second. Used only where PSI is not available.",
+        fallback=True,
+    ),
+    SignalSpec(
+        "cpuStealRatio",
+        "cpuContention",
+        "ratio",
+        "Share of CPU time stolen by the hypervisor, per online CPU.",
+        maximum=1.0,
+    ),
+    SignalSpec(
+        "runqueueWaitRatio",
+        "cpuContention",
+        "ratio",
+        "Seconds runnable tasks waited for a CPU per second per online CPU (can exceed 1).",
+    ),
+)
+SIGNALS_BY_KEY: Final[dict[str, SignalSpec]] = {s.key: s for s in SIGNALS}
+DETECTION_KEYS: Final[tuple[str, ...]] = tuple(series.DETECTIONS)
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    warn: float
+    critical: float
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    weight: float
+    signals: Mapping[str, Threshold]  # primary signals, by config key
+    fallback: Mapping[str, Threshold] = field(default_factory=dict)  # memoryPressure only
+
+
+@dataclass(frozen=True, slots=True)
+class HardConstraints:
+    psi_memory_full_max: float
+    psi_io_some_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSettings:
+    stale_after: int  # seconds
+    neutral_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSettings:
+    exporter_selector: str
+    runbook_url: str
+    node_interfered_level: float
+    node_interfered_for: int  # seconds
+
+
+# The defaults, as the CR spells them. docs/detection-model.md gives the measurements and the
+# literature behind each number; change both together.
+DEFAULT_SPEC: Final[dict[str, Any]] = {
+    "window": "10s",
+    "evaluationInterval": "1s",
+    "detections": {
+        "cachePollution": {
+            "weight": 1.0,
+            "signals": {"llcMissRatio": {"warn": 0.5, "critical": 0.8}},
+        },
+        "ioCongestion": {
+            "weight": 1.0,
+            "signals": {
+                "blockIOLatencyP95Seconds": {"warn": 0.05, "critical": 0.25},
+                "blockIOLatencyP99Seconds": {"warn": 0.1, "critical": 0.5},
+                "psiIOSome": {"warn": 0.2, "critical": 0.5},
+            },
+        },
+        "memoryPressure": {
+            "weight": 1.0,
+            "signals": {"psiMemorySome": {"warn": 0.05, "critical": 0.25}},
+            "fallback": {
+                "memoryAvailableRatio": {"warn": 0.15, "critical": 0.05},
+                "pageScanRate": {"warn": 5000.0, "critical": 50000.0},
+            },
+        },
+        "cpuContention": {
+            "weight": 0.0,
+            "signals": {
+                "cpuStealRatio": {"warn": 0.05, "critical": 0.2},
+                "runqueueWaitRatio": {"warn": 0.5, "critical": 2.0},
+            },
+        },
+    },
+    "hardConstraints": {"psiMemoryFullMax": 0.0, "psiIOSomeMax": 0.8},
+    "report": {"staleAfter": "30s", "neutralScore": 50.0},
+    "alerts": {
+        "exporterSelector": 'job=~".*mco-exporter.*"',
+        "runbookURL": "https://github.com/mco-io/mco/blob/main/docs/runbook.md",
+        "nodeInterferedLevel": 0.5,
+        "nodeInterferedFor": "5m",
+    },
+}
+# Leaves that are durations (strings) rather than free strings.
+DURATION_FIELDS: Final = frozenset(
+    {"window", "evaluationInterval", "report.staleAfter", "alerts.nodeInterferedFor"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionRuleConfig:
+    window: int  # seconds
+    evaluation_interval: int  # seconds
+    detections: Mapping[str, Detection]  # by config key, in DETECTION_KEYS order
+    hard_constraints: HardConstraints
+    report: ReportSettings
+    alerts: AlertSettings
+
+    @classmethod
+    def default(cls) -> DetectionRuleConfig:
+        return from_spec({})
+
+    def threshold(self, signal_key: str) -> Threshold:
+        spec = SIGNALS_BY_KEY[signal_key]
+        detection = self.detections[spec.detection]
+        return (detection.fallback if spec.fallback else detection.signals)[signal_key]
+
+    def weight(self, detection_key: str) -> float:
+        return self.detections[detection_key].weight
+
+    def to_spec(self) -> dict[str, Any]:
+        """The CR ``spec`` with every field filled in (durations spelled canonically)."""
+        detections: dict[str, Any] = {}
+        for key, detection in self.detections.items():
+            entry: dict[str, Any] = {
+                "weight": detection.weight,
+                "signals": {k: _threshold_spec(t) for k, t in detection.signals.items()},
+            }
+            if detection.fallback:
+                entry["fallback"] = {k: _threshold_spec(t) for k, t in detection.fallback.items()}
+            detections[key] = entry
+        return {
+            "window": format_duration(self.window),
+            "evaluationInterval": format_duration(self.evaluation_interval),
+            "detections": detections,
+            "hardConstraints": {
+                "psiMemoryFullMax": self.hard_constraints.psi_memory_full_max,
+                "psiIOSomeMax": self.hard_constraints.psi_io_some_max,
+            },
+            "report": {
+                "staleAfter": format_duration(self.report.stale_after),
+                "neutralScore": self.report.neutral_score,
+            },
+            "alerts": {
+                "exporterSelector": self.alerts.exporter_selector,
+                "runbookURL": self.alerts.runbook_url,
+                "nodeInterferedLevel": self.alerts.node_interfered_level,
+                "nodeInterferedFor": format_duration(self.alerts.node_interfered_for),
+            },
+        }
+
+    def config_hash(self) -> str:
+        """16 hex digits of SHA-256 over the canonical spec: equal configs, equal hashes.
+
+        Durations are canonical and numbers are floats, so ``weight: 1`` and ``weight: 1.0``,
+        or ``window: 60s`` and ``window: 1m``, hash the same.
+        """
+        canonical = json.dumps(self.to_spec(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def to_object(self, name: str = DEFAULT_NAME) -> dict[str, Any]:
+        """The whole custom resource (what the chart installs)."""
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "metadata": {"name": name},
+            "spec": self.to_spec(),
+        }
+
+
+def _threshold_spec(t: Threshold) -> dict[str, float]:
+    return {"warn": t.warn, "critical": t.critical}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(text_or_path: str | Path) -> DetectionRuleConfig:
+    """Parse a DetectionRuleConfig custom resource from YAML text or a file path.
+
+    Raises ConfigError (a ValueError) naming the file and each bad field.
+    """
+    source = "<text>"
+    if isinstance(text_or_path, Path) or (
+        "\n" not in text_or_path and Path(text_or_path).is_file()
+    ):
+        path = Path(text_or_path)
+        source = str(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    else:
+        text = text_or_path
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{source}: not valid YAML: {exc}"]) from exc
+    if len(documents) != 1:
+        what = "no document" if not documents else f"{len(documents)} documents"
+        raise ConfigError([f"{source}: expected one DetectionRuleConfig, found {what}"])
+    obj = documents[0]
+    if not isinstance(obj, Mapping):
+        hint = " (no such file)" if isinstance(obj, str) and "\n" not in text.strip() else ""
+        raise ConfigError([f"{source}: expected a DetectionRuleConfig object, got {obj!r}{hint}"])
+    try:
+        return config_from_object(obj)
+    except ConfigError as exc:
+        if source == "<text>":
+            raise
+        raise ConfigError([f"{source}: {p}" for p in exc.problems]) from exc
+
+
+def config_from_object(obj: Mapping[str, Any]) -> DetectionRuleConfig:
+    """The config of a DetectionRuleConfig object (as read from the API or a file)."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    problems = []
+    if api_version != f"{API_GROUP}/{API_VERSION}":
+        problems.append(f"apiVersion: expected {API_GROUP}/{API_VERSION}, got {api_version!r}")
+    if kind != KIND:
+        problems.append(f"kind: expected {KIND}, got {kind!r}")
+    if problems:
+        raise ConfigError(problems)
+    spec = obj.get("spec")
+    return from_spec({} if spec is None else spec)
+
+
+def from_spec(spec: Any) -> DetectionRuleConfig:
+    """Fill ``spec`` from the defaults field by field, then check every rule the CRD checks."""
+    problems: list[str] = []
+    merged = _merge(DEFAULT_SPEC, spec, "spec", problems)
+    if problems:
+        raise ConfigError(problems)
+    config = _build(merged, problems)
+    if problems or config is None:
+        raise ConfigError(problems)
+    return config
+
+
+def _merge(default: Any, given: Any, path: str, problems: list[str]) -> Any:
+    if isinstance(default, dict):
+        if not isinstance(given, Mapping):
+            problems.append(f"{path}: expected a mapping, got {given!r}")
+            return default
+        merged = {}
+        for key in given:
+            if key not in default:
+                known = ", ".join(default)
+                problems.append(f"{path}.{key}: unknown field (known: {known})")
+        for key, value in default.items():
+            merged[key] = (
+                _merge(value, given[key], f"{path}.{key}", problems) if key in given else value
+            )
+        return merged
+    if isinstance(default, float):
+        if isinstance(given, bool) or not isinstance(given, int | float):
+            problems.append(f"{path}: expected a number, got {given!r}")
+            return default
+        if given != given or given in (float("inf"), float("-inf")):
+            problems.append(f"{path}: expected a finite number, got {given!r}")
+            return default
+        return float(given)
+    if not isinstance(given, str):
+        problems.append(f"{path}: expected a string, got {given!r}")
+        return default
+    return given
+
+
+def _duration(merged: Mapping[str, Any], dotted: str, problems: list[str]) -> int:
+    value: Any = merged
+    for part in dotted.split("."):
+        value = value[part]
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        problems.append(f"spec.{dotted}: {exc}")
+        return 1
+
+
+def _threshold(
+    signal: SignalSpec, raw: Mapping[str, float], path: str, problems: list[str]
+) -> Threshold:
+    warn, critical = raw["warn"], raw["critical"]
+    for name, value in (("warn", warn), ("critical", critical)):
+        if value < 0:
+            problems.append(f"{path}.{name}: must be >= 0, got {value:g}")
+        elif signal.maximum is not None and value > signal.maximum:
+            problems.append(f"{path}.{name}: must be <= {signal.maximum:g}, got {value:g}")
+    if signal.lower_is_worse and not warn > critical:
+        problems.append(
+            f"{path}: warn ({warn:g}) must be above critical ({critical:g}): "
+            "lower values are worse for this signal"
+        )
+    if not signal.lower_is_worse and not warn < critical:
+        problems.append(
+            f"{path}: warn ({warn:g}) must be below critical ({critical:g}): "
+            "higher values are worse for this signal"
+        )
+    return Threshold(warn=warn, critical=critical)
+
+
+def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig | None:
+    window = _duration(merged, "window", problems)
+    interval = _duration(merged, "evaluationInterval", problems)
+    if window < interval:
+        problems.append(
+            f"spec.window ({merged['window']}) must be at least "
+            f"spec.evaluationInterval ({merged['evaluationInterval']})"
+        )
+    detections: dict[str, Detection] = {}
+    for key in DETECTION_KEYS:
+        raw = merged["detections"][key]
+        path = f"spec.detections.{key}"
+        if raw["weight"] < 0:
+            problems.append(f"{path}.weight: must be >= 0, got {raw['weight']:g}")
+        thresholds: dict[str, dict[str, Threshold]] = {"signals": {}, "fallback": {}}
+        for part in ("signals", "fallback"):
+            for signal_key, t in raw.get(part, {}).items():
+                signal = SIGNALS_BY_KEY[signal_key]
+                thresholds[part][signal_key] = _threshold(
+                    signal, t, f"{path}.{part}.{signal_key}", problems
+                )
+        detections[key] = Detection(raw["weight"], thresholds["signals"], thresholds["fallback"])
+    if all(d.weight <= 0 for d in detections.values()):
+        problems.append("spec.detections: at least one detection needs a weight above 0")
+    hard = merged["hardConstraints"]
+    for key, value in hard.items():
+        if not 0 <= value <= 1:
+            problems.append(f"spec.hardConstraints.{key}: must be within [0, 1], got {value:g}")
+    report = merged["report"]
+    if not 0 <= report["neutralScore"] <= 100:
+        problems.append(
+            f"spec.report.neutralScore: must be within [0, 100], got {report['neutralScore']:g}"
+        )
+    alerts = merged["alerts"]
+    if not re.match(SELECTOR_PATTERN, alerts["exporterSelector"]):
+        problems.append(
+            "spec.alerts.exporterSelector: expected PromQL label matchers such as "
+            f'job="mco-exporter", got {alerts["exporterSelector"]!r}'
+        )
+    if not re.match(URL_PATTERN, alerts["runbookURL"]):
+        problems.append(f"spec.alerts.runbookURL: expected an http(s) URL, got {alerts['runbookURL']!r}")
+    if not 0 < alerts["nodeInterferedLevel"] <= 1:
+        problems.append(
+            "spec.alerts.nodeInterferedLevel: must be within (0, 1], "
+            f"got {alerts['nodeInterferedLevel']:g}"
+        )
+    stale_after = _duration(merged, "report.staleAfter", problems)
+    interfered_for = _duration(merged, "alerts.nodeInterferedFor", problems)
+    if problems:
+        return None
+    return DetectionRuleConfig(
+        window=window,
+        evaluation_interval=interval,
+        detections=detections,
+        hard_constraints=HardConstraints(hard["psiMemoryFullMax"], hard["psiIOSomeMax"]),
+        report=ReportSettings(stale_after, report["neutralScore"]),
+        alerts=AlertSettings(
+            alerts["exporterSelector"],
+            alerts["runbookURL"],
+            alerts["nodeInterferedLevel"],
+            interfered_for,
+        ),
+    )

@@ -1,0 +1,106 @@
+"""biolatency: slot-to-bucket conversion, and the real eBPF program on this kernel."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.biolatency import (
+    BUCKET_BOUNDS,
+    MAX_SLOT,
+    MIN_SLOT,
+    BiolatencyCollector,
+    histogram_from_slots,
+    load_bcc,
+)
+from exporter.errors import UnavailableError
+from exporter.paths import Paths
+from exporter.registry import CollectorConfig, specs
+
+
+def test_buckets_are_powers_of_two_microseconds() -> None:
+    assert BUCKET_BOUNDS[0] == 2**MIN_SLOT / 1e6
+    assert BUCKET_BOUNDS[-1] == 2**MAX_SLOT / 1e6
+    assert all(b / a == 2 for a, b in itertools.pairwise(BUCKET_BOUNDS))
+
+
+def test_slots_become_cumulative_buckets() -> None:
+    # slot s counts latencies in [2^(s-1), 2^s) us: slot 1 -> <=1us, slot 4 -> [8,16) us,
+    # slot 30 -> beyond the last finite bucket (only in +Inf).
+    buckets, total = histogram_from_slots({1: 2, 4: 3, 10: 5, 30: 1})
+    by_bound = dict(buckets)
+    assert by_bound[repr(8e-06)] == 2  # le 8us: slot 1 only
+    assert by_bound[repr(1.6e-05)] == 5  # le 16us: + slot 4
+    assert by_bound[repr(2**10 / 1e6)] == 10  # le 1.024ms: + slot 10
+    assert by_bound[repr(2**MAX_SLOT / 1e6)] == 10
+    assert by_bound["+Inf"] == 11
+    counts = [c for _, c in buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert total == pytest.approx((2 * 1 + 3 * 12 + 5 * 768 + 1 * 1.5 * 2**29) / 1e6)
+
+
+def test_missing_bcc_module_is_a_clear_reason(tmp_path: Path, monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_bcc(name, *args, **kwargs):
+        if name == "bcc":
+            raise ImportError("no bcc")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_bcc)
+    with pytest.raises(UnavailableError, match="install python3-bpfcc"):
+        load_bcc(str(tmp_path))
+
+
+def _collector() -> BiolatencyCollector:
+    spec = specs()["biolatency"]
+    options = {o.name: o.default for o in spec.options}
+    try:
+        return BiolatencyCollector(CollectorConfig(Paths(), options))
+    except UnavailableError as exc:
+        pytest.skip(f"biolatency cannot load on this host: {exc}")
+
+
+def _count(collector: BiolatencyCollector, operation: str) -> tuple[float, set[str]]:
+    (family,) = collector.update()
+    total = 0.0
+    devices = set()
+    for s in family.samples:
+        if s.name.endswith("_count") and s.labels["operation"] == operation:
+            total += s.value
+            devices.add(s.labels["device"])
+    return total, devices
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_real_ebpf_counts_direct_writes(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("loading BPF programs needs root (CAP_BPF, CAP_PERFMON)")
+    collector = _collector()
+    try:
+        before, _ = _count(collector, "write")
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={tmp_path / 'blk'}", "bs=64k", "count=200", "oflag=direct"],
+            check=True,
+            capture_output=True,
+        )
+        deadline = time.monotonic() + 5
+        after, devices = _count(collector, "write")
+        while after < before + 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            after, devices = _count(collector, "write")
+        assert after >= before + 200, (before, after)
+        assert devices and all(not d[0].isdigit() for d in devices)  # names, not major:minor
+        (family,) = collector.update()
+        buckets = [s for s in family.samples if s.name.endswith("_bucket")]
+        assert {s.labels["le"] for s in buckets} >= {"+Inf", repr(BUCKET_BOUNDS[0])}
+    finally:
+        collector.close()

@@ -1,0 +1,75 @@
+"""kata: ready only with an executable shim under the rootfs and /dev/kvm a character device."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from exporter.collectors.kata import KataCollector
+from exporter.paths import Paths
+from exporter.registry import CollectorConfig, specs
+
+
+def ready(root: Path, shims: str | None = None) -> float:
+    default = next(o.default for o in specs()["kata"].options if o.name == "shim-paths")
+    config = CollectorConfig(Paths(rootfs=str(root)), {"shim-paths": shims or default})
+    (family,) = KataCollector(config).update()
+    return family.samples[0].value
+
+
+def add_shim(
+    root: Path, rel: str = "opt/kata/bin/containerd-shim-kata-v2", mode: int = 0o755
+) -> None:
+    shim = root / rel
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text("#!/bin/sh\n")
+    shim.chmod(mode)
+
+
+def add_kvm(root: Path) -> None:
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(root / "dev/kvm", 0o600 | stat.S_IFCHR, os.makedev(10, 232))
+    except PermissionError:
+        pytest.skip("mknod needs CAP_MKNOD")
+
+
+def test_ready_with_shim_and_kvm(tmp_path: Path) -> None:
+    add_shim(tmp_path)
+    add_kvm(tmp_path)
+    assert ready(tmp_path) == 1
+
+
+def test_not_ready_without_kvm(tmp_path: Path) -> None:
+    add_shim(tmp_path)
+    assert ready(tmp_path) == 0
+
+
+def test_not_ready_without_shim(tmp_path: Path) -> None:
+    add_kvm(tmp_path)
+    assert ready(tmp_path) == 0
+
+
+def test_kvm_must_be_a_device_not_a_file(tmp_path: Path) -> None:
+    add_shim(tmp_path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kvm").write_text("")
+    assert ready(tmp_path) == 0
+
+
+def test_shim_must_be_executable(tmp_path: Path) -> None:
+    add_shim(tmp_path, mode=0o644)
+    add_kvm(tmp_path)
+    if os.geteuid() == 0:
+        # root may execute a file when any execute bit is set; none is set here
+        assert ready(tmp_path) == 0
+
+
+def test_shim_paths_option(tmp_path: Path) -> None:
+    add_shim(tmp_path, "custom/kata-shim")
+    add_kvm(tmp_path)
+    assert ready(tmp_path) == 0
+    assert ready(tmp_path, "/custom/kata-shim") == 1
