@@ -5,10 +5,21 @@ Two layouts share this shape. ``cluster``: one object named ``cluster`` whose ``
 holds every node. ``per-node``: one object per node, named after it, whose ``status.nodes`` holds
 that node alone. Objects carry the label ``mco.io/layout`` so readers can tell them apart.
 JSON has no NaN: writers drop non-finite numbers (they are reported in ``missing``).
+
+Freshness (how old a node's data is): an entry with ``live: true`` is re-checked by the reporter
+at every successful sync and rewritten only when a value moves beyond a small epsilon, so its
+values hold up to the *heartbeat*, ``status.lastSyncTime`` of the object named ``cluster`` (in
+both layouts), and ``sampleTime`` only says when they last changed. An entry without ``live``
+(its node had no fresh samples at the last sync) holds only at ``sampleTime``. ``entry_time``
+applies this rule; readers must judge staleness with it, not with ``sampleTime`` alone. When
+Prometheus cannot be queried, the heartbeat stops, so every entry ages and goes stale.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 import msgspec
@@ -52,6 +63,7 @@ class NodeEntry(msgspec.Struct, rename="camel", omit_defaults=True):
     signals: dict[str, float] | None = None  # None in --compact reports
     violations: list[Violation] = msgspec.field(default_factory=list)
     missing: list[str] = msgspec.field(default_factory=list)  # series absent in this sample
+    live: bool = False  # values hold up to the heartbeat (see the module docstring)
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -67,6 +79,7 @@ class ReportStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     last_sync_time: str | None = None
     rule_config_generation: int | None = None
     conditions: list[Condition] = msgspec.field(default_factory=list)
+    node_count: int | None = None  # nodes in the whole report (set on the `cluster` object)
 
 
 class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -88,6 +101,8 @@ class ReportList(msgspec.Struct, rename="camel"):
 
     items: list[NodeInterferenceReport]
     metadata: dict[str, object] = msgspec.field(default_factory=dict)
+    api_version: str = "v1"
+    kind: str = "List"
 
 
 def decode_report(data: bytes | str) -> NodeInterferenceReport:
@@ -96,3 +111,37 @@ def decode_report(data: bytes | str) -> NodeInterferenceReport:
 
 def encode(obj: object) -> bytes:
     return msgspec.json.encode(obj)
+
+
+def format_time(unix: float) -> str:
+    """RFC 3339 in UTC with milliseconds (Prometheus sample times are milliseconds)."""
+    return (
+        datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def parse_time(text: str | None) -> float:
+    """Unix seconds of an RFC 3339 time; -inf (always stale) when absent or unparsable."""
+    if not text:
+        return -math.inf
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return -math.inf
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def heartbeat_of(reports: Iterable[NodeInterferenceReport]) -> float:
+    """The heartbeat: Unix time of ``status.lastSyncTime`` of the ``cluster`` object, or -inf."""
+    for report in reports:
+        if report.metadata.name == CLUSTER_REPORT_NAME:
+            return parse_time(report.status.last_sync_time)
+    return -math.inf
+
+
+def entry_time(entry: NodeEntry, heartbeat: float) -> float:
+    """Unix time up to which ``entry``'s values are known to hold (the freshness rule above)."""
+    sampled = parse_time(entry.sample_time)
+    return max(sampled, heartbeat) if entry.live else sampled

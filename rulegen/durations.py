@@ -18,7 +18,7 @@ _RE: Final = re.compile(PATTERN)
 
 def parse_duration(text: str) -> int:
     """Seconds in ``text``; ValueError when it is not a positive ``XhYmZs`` duration."""
-    match = _RE.match(text) if len(text) <= MAX_LENGTH else None
+    match = _RE.fullmatch(text) if len(text) <= MAX_LENGTH else None
     if not text or match is None:
         raise ValueError(f"{text!r} is not a duration like 10s, 1m or 1h30m (units h, m, s)")
     hours, minutes, seconds = (int(g[:-1]) if g else 0 for g in match.groups())

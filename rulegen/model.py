@@ -31,9 +31,9 @@ DEFAULT_NAME: Final = "default"
 
 # PromQL label matchers (``job=~".*mco-exporter.*"``), nothing else: the selector is pasted
 # into alert expressions, so it must not be able to carry any other PromQL.
-MATCHER: Final = r'[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*"'
-SELECTOR_PATTERN: Final = rf"^\s*{MATCHER}(\s*,\s*{MATCHER})*\s*$"
-URL_PATTERN: Final = r"^https?://[^\s\"'<>{}]+$"
+MATCHER: Final = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*(=|!=|=~|!~)[ \t]*"([^"\\\n]|\\.)*"'
+SELECTOR_PATTERN: Final = rf"^[ \t]*{MATCHER}([ \t]*,[ \t]*{MATCHER})*[ \t]*$"
+URL_PATTERN: Final = r'^https?://[^\s"\\<>{}]+$'
 
 
 class ConfigError(ValueError):
@@ -185,28 +185,28 @@ DEFAULT_SPEC: Final[dict[str, Any]] = {
         "ioCongestion": {
             "weight": 1.0,
             "signals": {
-                "blockIOLatencyP95Seconds": {"warn": 0.05, "critical": 0.25},
-                "blockIOLatencyP99Seconds": {"warn": 0.1, "critical": 0.5},
-                "psiIOSome": {"warn": 0.2, "critical": 0.5},
+                "blockIOLatencyP95Seconds": {"warn": 0.025, "critical": 0.1},
+                "blockIOLatencyP99Seconds": {"warn": 0.05, "critical": 0.25},
+                "psiIOSome": {"warn": 0.1, "critical": 0.4},
             },
         },
         "memoryPressure": {
             "weight": 1.0,
-            "signals": {"psiMemorySome": {"warn": 0.05, "critical": 0.25}},
+            "signals": {"psiMemorySome": {"warn": 0.01, "critical": 0.1}},
             "fallback": {
                 "memoryAvailableRatio": {"warn": 0.15, "critical": 0.05},
-                "pageScanRate": {"warn": 5000.0, "critical": 50000.0},
+                "pageScanRate": {"warn": 10000.0, "critical": 100000.0},
             },
         },
         "cpuContention": {
             "weight": 0.0,
             "signals": {
                 "cpuStealRatio": {"warn": 0.05, "critical": 0.2},
-                "runqueueWaitRatio": {"warn": 0.5, "critical": 2.0},
+                "runqueueWaitRatio": {"warn": 0.25, "critical": 1.0},
             },
         },
     },
-    "hardConstraints": {"psiMemoryFullMax": 0.0, "psiIOSomeMax": 0.8},
+    "hardConstraints": {"psiMemoryFullMax": 0.0, "psiIOSomeMax": 0.6},
     "report": {"staleAfter": "30s", "neutralScore": 50.0},
     "alerts": {
         "exporterSelector": 'job=~".*mco-exporter.*"',
@@ -458,13 +458,15 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
             f"spec.report.neutralScore: must be within [0, 100], got {report['neutralScore']:g}"
         )
     alerts = merged["alerts"]
-    if not re.match(SELECTOR_PATTERN, alerts["exporterSelector"]):
+    if not re.fullmatch(SELECTOR_PATTERN, alerts["exporterSelector"]):
         problems.append(
             "spec.alerts.exporterSelector: expected PromQL label matchers such as "
             f'job="mco-exporter", got {alerts["exporterSelector"]!r}'
         )
-    if not re.match(URL_PATTERN, alerts["runbookURL"]):
-        problems.append(f"spec.alerts.runbookURL: expected an http(s) URL, got {alerts['runbookURL']!r}")
+    if not re.fullmatch(URL_PATTERN, alerts["runbookURL"]):
+        problems.append(
+            f"spec.alerts.runbookURL: expected an http(s) URL, got {alerts['runbookURL']!r}"
+        )
     if not 0 < alerts["nodeInterferedLevel"] <= 1:
         problems.append(
             "spec.alerts.nodeInterferedLevel: must be within (0, 1], "

@@ -20,7 +20,9 @@ from rulegen.model import SIGNALS, DetectionRuleConfig
 
 # The controller's gauge behind MCODetectionRuleConfigRejected (rulegen.controller exports it).
 CONFIG_ACCEPTED_METRIC: Final = "mco_rulegen_config_accepted"
-_DNS1123_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 _DNS1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -41,6 +43,8 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # noqa: S701  (YAML and PromQL, not HTML)
     )
     env.filters["num"] = format_number
+    # Go templates for alert annotations, which Prometheus (not Jinja) expands.
+    env.globals["go"] = lambda inner: "{{ " + inner + " }}"
     return env
 
 
@@ -52,7 +56,7 @@ def _gate(signal_fallback: bool, detection: str) -> str:
 
 
 def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
-    signals = []
+    signals: list[dict[str, Any]] = []
     for spec in SIGNALS:
         threshold = config.threshold(spec.key)
         signals.append(
@@ -68,7 +72,7 @@ def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
                 "gate": _gate(spec.fallback, spec.detection),
             }
         )
-    detections = [
+    detections: list[dict[str, Any]] = [
         {
             "key": key,
             "label": label,
@@ -141,8 +145,10 @@ def render_prometheusrule(
     if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
         raise ValueError(f"namespace {namespace!r} is not a DNS-1123 label")
     groups, context = _groups(config, generation)
-    text = _environment().get_template("prometheusrule.yaml.j2").render(
-        context, groups=groups, name=name, namespace=namespace, labels=dict(labels or {})
+    text = (
+        _environment()
+        .get_template("prometheusrule.yaml.j2")
+        .render(context, groups=groups, name=name, namespace=namespace, labels=dict(labels or {}))
     )
     _check_yaml(text)
     return text

@@ -258,3 +258,161 @@ def running(*servers: Managed) -> Iterator[None]:
     finally:
         for server in reversed(started):
             server.stop()
+
+
+class _PromQLClient:
+    """PromQL over HTTP (``/api/v1/query``), for servers other than Prometheus itself."""
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
+        body = response.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def wait_for_series(self, expr: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            found[:] = self.query(expr)
+            return bool(found)
+
+        wait_until(check, timeout=timeout, what=f"{expr!r} in {self.url}")
+        return found
+
+
+class VictoriaMetrics(_PromQLClient, Managed):
+    """A real single-node VictoriaMetrics (Debian's package) that scrapes its targets itself.
+
+    New samples are visible to queries after ``latency_offset`` (VictoriaMetrics' default is
+    30 s; tests want them at once), and the response cache is off so a query sees fresh data.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        targets: Sequence[ScrapeTarget] = (),
+        scrape_interval: str = "1s",
+        port: int | None = None,
+        latency_offset: str = "1s",
+        binary: str = "victoria-metrics",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.config_path = workdir / "scrape.yml"
+        self.targets = list(targets)
+        self.scrape_interval = scrape_interval
+        self.write_config()
+        super().__init__(
+            [
+                binary,
+                f"-storageDataPath={workdir / 'data'}",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-promscrape.config={self.config_path}",
+                f"-search.latencyOffset={latency_offset}",
+                "-search.disableCache",
+                "-retentionPeriod=1d",
+                "-loggerLevel=WARN",
+                *extra_args,
+            ],
+            name="victoria-metrics",
+            log_path=workdir / "victoria-metrics.log",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_config(self) -> None:
+        jobs: dict[str, list[ScrapeTarget]] = {}
+        for t in self.targets:
+            jobs.setdefault(t.job, []).append(t)
+        config = {
+            "global": {"scrape_interval": self.scrape_interval},
+            "scrape_configs": [
+                {
+                    "job_name": job,
+                    "scheme": ts[0].scheme,
+                    "metrics_path": ts[0].metrics_path,
+                    "honor_timestamps": True,  # as Prometheus does by default
+                    "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts],
+                }
+                for job, ts in jobs.items()
+            ],
+        }
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def start(self) -> None:
+        super().start()
+        self.wait_http(f"{self.url}/health")
+
+
+class VMAlert(Managed):
+    """A real vmalert evaluating rule files against a PromQL datasource, writing results back."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        rule_files: Sequence[Path],
+        datasource_url: str,
+        remote_write_url: str,
+        evaluation_interval: str = "1s",
+        notifier_url: str | None = None,
+        port: int | None = None,
+        binary: str = "vmalert",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            [
+                binary,
+                *(f"-rule={p}" for p in rule_files),
+                f"-datasource.url={datasource_url}",
+                f"-remoteWrite.url={remote_write_url}",
+                "-remoteWrite.flushInterval=100ms",
+                f"-evaluationInterval={evaluation_interval}",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                # Alerts need a notifier; a port nobody listens on is enough when only the
+                # recording rules are of interest.
+                f"-notifier.url={notifier_url or f'http://127.0.0.1:{free_port()}'}",
+                "-loggerLevel=WARN",
+                *extra_args,
+            ],
+            name="vmalert",
+            log_path=workdir / "vmalert.log",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        super().start()
+        self.wait_http(f"{self.url}/health")
+
+    @staticmethod
+    def check(
+        rule_files: Sequence[Path], binary: str = "vmalert"
+    ) -> subprocess.CompletedProcess[str]:
+        """``vmalert -dryRun``: parse the rules (MetricsQL and templates) without running."""
+        return subprocess.run(
+            [binary, "-dryRun", *(f"-rule={p}" for p in rule_files)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )

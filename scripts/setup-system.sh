@@ -16,6 +16,7 @@ packages=(
   python3-bpfcc bpfcc-tools # eBPF block-latency collector
   linux-headers-amd64       # bcc compiles against these
   wrk hey hyperfine         # load generators for the benchmarks
+  shellcheck                # lints scripts/kind-e2e.sh (tests/chart)
 )
 
 sudo_cmd=()

@@ -37,8 +37,16 @@ def io_stress(workdir: Path, *, workers: int = 2, bytes_per_worker: str = "128M"
     stress_ng = require_stress_ng()
     workdir.mkdir(parents=True, exist_ok=True)
     return Managed(
-        [stress_ng, "--hdd", str(workers), "--hdd-bytes", bytes_per_worker,
-         "--temp-path", str(workdir), "--quiet"],
+        [
+            stress_ng,
+            "--hdd",
+            str(workers),
+            "--hdd-bytes",
+            bytes_per_worker,
+            "--temp-path",
+            str(workdir),
+            "--quiet",
+        ],
         name="stress-io",
         log_path=workdir / "stress-io.log",
     )
@@ -108,5 +116,6 @@ def memory_stress(workdir: Path, cgroup: MemoryCgroup, *, vm_bytes: str = "200M"
         f'echo $$ > "{cgroup.procs}" && exec "{stress_ng}" --vm 1 --vm-bytes {vm_bytes} '
         f'--vm-keep --hdd 1 --hdd-bytes 400M --temp-path "{workdir}" --quiet'
     )
-    return Managed(["/bin/sh", "-c", script], name="stress-memory",
-                   log_path=workdir / "stress-memory.log")
+    return Managed(
+        ["/bin/sh", "-c", script], name="stress-memory", log_path=workdir / "stress-memory.log"
+    )

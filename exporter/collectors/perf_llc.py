@@ -83,7 +83,7 @@ def explain_open_error(err: int) -> str:
     if err == errno.EINVAL:
         return "the kernel rejected the event attributes (EINVAL): event not valid on this CPU"
     if err == errno.ENOSYS:
-        return "perf_event_open is not implemented here (sandboxed kernel such as gVisor, or seccomp)"
+        return "perf_event_open is not implemented here (a sandboxed kernel, or seccomp)"
     if err in (errno.EMFILE, errno.ENFILE):
         return "out of file descriptors for per-CPU perf events"
     return f"perf_event_open failed: {errno.errorcode.get(err, err)}"

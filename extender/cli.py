@@ -1,0 +1,251 @@
+"""``mco-extender``: serve the extender, or ``print-config`` for the schedulers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from extender import __version__, print_config
+from extender.app import make_app
+from extender.config import (
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY,
+    ExtenderConfig,
+    SourceConfig,
+    VerdictConfig,
+    parse_duration,
+    parse_size,
+)
+from mco.logs import add_log_flags, setup_logging
+from mco.tls import TLSConfig, tls_from_args
+
+log = logging.getLogger("mco.extender")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mco-extender",
+        description="Volcano and kube-scheduler extender: keeps pods off interfered nodes and "
+        "places Kata pods on Kata-ready nodes. `mco-extender print-config --help` prints the "
+        "scheduler configuration.",
+    )
+    parser.add_argument("--version", action="version", version=f"mco-extender {__version__}")
+    parser.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help="[host]:port (default %(default)s)"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="server processes (SO_REUSEPORT)")
+    parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # workers
+    source = parser.add_argument_group("report source (default: the Kubernetes API)")
+    source.add_argument("--report-file", help="read reports from this file, reloaded on change")
+    source.add_argument(
+        "--report-poll-interval",
+        type=parse_duration,
+        default=0.5,
+        metavar="DURATION",
+        help="how often the report file is checked for a change (default 500ms)",
+    )
+    source.add_argument(
+        "--kubeconfig", help="kubeconfig (default: in-cluster, else ~/.kube/config)"
+    )
+    verdicts = parser.add_argument_group("verdicts")
+    verdicts.add_argument(
+        "--stale-after",
+        type=parse_duration,
+        default=30.0,
+        metavar="DURATION",
+        help="entries older than this count as missing (default 30s)",
+    )
+    verdicts.add_argument(
+        "--neutral-score",
+        type=float,
+        default=50.0,
+        help="0-100 score for missing or stale data (default 50, i.e. 5 for kube-scheduler)",
+    )
+    verdicts.add_argument(
+        "--fail-closed",
+        action="store_true",
+        help="reject nodes with missing or stale data instead of passing them",
+    )
+    verdicts.add_argument(
+        "--kata-runtime-class",
+        action="append",
+        metavar="GLOB",
+        help="runtimeClassName glob that needs a Kata-ready node (repeatable; default kata-*)",
+    )
+    verdicts.add_argument(
+        "--reject-code",
+        type=int,
+        choices=(2, 3),
+        default=3,
+        help="Volcano code for hard-constraint rejections: 3 UnschedulableAndUnresolvable "
+        "(default; kube: FailedAndUnresolvableNodes) or 2 Unschedulable (preemption may help; "
+        "kube: FailedNodes)",
+    )
+    verdicts.add_argument(
+        "--volcano-weight",
+        type=float,
+        default=1.0,
+        help="multiplier on Volcano scores (Volcano adds extender scores unweighted)",
+    )
+    server = parser.add_argument_group("server")
+    server.add_argument(
+        "--max-body-size",
+        type=parse_size,
+        default=DEFAULT_MAX_BODY,
+        metavar="SIZE",
+        help="largest request body accepted (default 64MiB)",
+    )
+    server.add_argument("--tls-cert", "--tls-cert-file", dest="tls_cert_file", metavar="FILE")
+    server.add_argument("--tls-key", "--tls-key-file", dest="tls_key_file", metavar="FILE")
+    server.add_argument(
+        "--client-ca",
+        "--tls-client-ca-file",
+        dest="tls_client_ca_file",
+        metavar="FILE",
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    add_log_flags(parser)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
+    if args.max_body_size <= 0:
+        raise ValueError("--max-body-size must be positive")
+    tls: TLSConfig = tls_from_args(args)
+    tls.validate()
+    return ExtenderConfig(
+        verdict=VerdictConfig(
+            stale_after=args.stale_after,
+            neutral_score=args.neutral_score,
+            fail_closed=args.fail_closed,
+            kata_globs=tuple(args.kata_runtime_class or ("kata-*",)),
+            reject_code=args.reject_code,
+            volcano_weight=args.volcano_weight,
+        ),
+        source=SourceConfig(
+            report_file=args.report_file,
+            kubeconfig=args.kubeconfig,
+            poll_interval=args.report_poll_interval,
+        ),
+        max_body_bytes=args.max_body_size,
+        tls=tls,
+    )
+
+
+def parse_listen(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen must be [host]:port, got {address!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - a Service fronts it
+
+
+def serve(config: ExtenderConfig, host: str, port: int, *, reuse_port: bool = False) -> None:
+    """Run one server process until SIGTERM/SIGINT."""
+    context: ssl.SSLContext | None = config.tls.server_context() if config.tls.enabled else None
+    scheme = "https" if context else "http"
+    log.info(
+        "serving",
+        extra={
+            "url": f"{scheme}://{host}:{port}",
+            "pid": os.getpid(),
+            "mtls": config.tls.client_ca_file is not None,
+        },
+    )
+    web.run_app(
+        make_app(config),
+        host=host,
+        port=port,
+        ssl_context=context,
+        reuse_port=reuse_port,
+        access_log=None,
+        print=None,
+        shutdown_timeout=5.0,
+    )
+
+
+def serve_workers(argv: Sequence[str], workers: int) -> int:
+    """N processes on one port (SO_REUSEPORT); the kernel spreads connections across them.
+
+    Each worker is this program again with the same flags, so nothing is pickled across; the
+    first to exit takes the others down and the pod restarts as a whole.
+    """
+    metrics_dir = tempfile.mkdtemp(prefix="mco-extender-metrics-")
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=metrics_dir)
+    command = [sys.executable, "-m", "extender", *argv, "--workers=1", "--reuse-port"]
+    children: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        children.extend(subprocess.Popen(command, env=env) for _ in range(workers))
+        while all(child.poll() is None for child in children) and not stopping:
+            time.sleep(0.2)
+        if not stopping:
+            log.error("a worker exited; stopping the others")
+            stop(signal.SIGTERM, None)
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        return 0 if stopping else 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["print-config"]:
+        return print_config.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
+    try:
+        config = config_from_args(args)
+        host, port = parse_listen(args.listen)
+        if config.tls.enabled:
+            config.tls.server_context()  # fail now, with a clear message, on bad files
+        if args.workers < 1:
+            raise ValueError("--workers must be at least 1")
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        log.error("bad flags", extra={"err": str(exc)})
+        return 2
+    try:
+        if args.workers > 1:
+            return serve_workers(argv, args.workers)
+        serve(config, host, port, reuse_port=args.reuse_port)
+    except OSError as exc:
+        log.error("cannot serve", extra={"address": args.listen, "err": str(exc)})
+        return 1
+    except ConfigException as exc:
+        log.error(
+            "no Kubernetes credentials for the report watch (use --report-file or --kubeconfig)",
+            extra={"err": str(exc)},
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

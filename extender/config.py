@@ -1,0 +1,85 @@
+"""The extender's settings: what the verdict needs, and what the server and report source need."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from mco.tls import TLSConfig
+
+DEFAULT_PORT = 9848
+DEFAULT_LISTEN = f":{DEFAULT_PORT}"
+DEFAULT_MAX_BODY = 64 << 20  # Volcano sends multi-MB bodies; aiohttp's own default is 1 MiB
+KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
+
+# Volcano predicate codes (api/types.go): 2 leaves the node a preemption candidate, 3 does not.
+UNSCHEDULABLE = 2
+UNSCHEDULABLE_AND_UNRESOLVABLE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictConfig:
+    """Everything the verdict function reads besides the report, the pod and the node."""
+
+    stale_after: float = 30.0  # seconds; older entries count as missing
+    neutral_score: float = 50.0  # 0-100, for missing and stale data
+    fail_closed: bool = False  # missing/stale data rejects the node instead of passing it
+    kata_globs: tuple[str, ...] = ("kata-*",)
+    reject_code: int = UNSCHEDULABLE_AND_UNRESOLVABLE  # Volcano code for hard-constraint rejects
+    volcano_weight: float = 1.0  # Volcano adds extender scores raw; this scales them
+    kata_pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.stale_after <= 0:
+            raise ValueError("stale-after must be positive")
+        if not 0 <= self.neutral_score <= 100:
+            raise ValueError("neutral score must be within 0-100")
+        if self.reject_code not in (UNSCHEDULABLE, UNSCHEDULABLE_AND_UNRESOLVABLE):
+            raise ValueError(
+                "reject code must be 2 (Unschedulable) or 3 (UnschedulableAndUnresolvable)"
+            )
+        if self.volcano_weight < 0:
+            raise ValueError("volcano weight must not be negative")
+        if not self.kata_globs or not all(self.kata_globs):
+            raise ValueError("at least one non-empty Kata runtime-class glob is needed")
+        pattern = "|".join(f"(?:{fnmatch.translate(g)})" for g in self.kata_globs)
+        object.__setattr__(self, "kata_pattern", re.compile(pattern))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """Where reports come from: a file (reloaded on change) or the Kubernetes API."""
+
+    report_file: str | None = None
+    kubeconfig: str | None = None  # None: in-cluster config, else the default kubeconfig
+    poll_interval: float = 0.5  # seconds between stat() calls on the report file
+    watch_timeout: int = 300  # server-side watch timeout; the watch then resumes
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    tls: TLSConfig = field(default_factory=TLSConfig)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``500ms``, ``30s``, ``2m``, ``1h`` or a bare number of seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 2m)")
+    value = float(match.group(1))
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``1048576``, ``512KiB``, ``64MiB``, ``1GiB`` (also K/M/G as binary units)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(KiB|MiB|GiB|K|M|G|B)?\s*", text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (use e.g. 64MiB)")
+    unit = (match.group(2) or "B").rstrip("iB") or "B"
+    return int(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit]

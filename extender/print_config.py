@@ -1,0 +1,134 @@
+"""``mco-extender print-config``: the scheduler-side configuration that points at this extender.
+
+Volcano: one tier holding the ``extender`` plugin with the predicate and prioritize verbs only,
+``ignorable: true`` (a slow or absent extender must never stop scheduling) and a timeout well
+under Volcano's 1 s default. kube-scheduler: an ``extenders`` entry with ``nodeCacheCapable``
+(names instead of full Node objects on the wire) and ``ignorable``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import yaml
+
+from extender.config import DEFAULT_PORT
+
+DEFAULT_URL = f"http://mco-extender.mco-system.svc:{DEFAULT_PORT}"
+DEFAULT_CA_FILE = "/etc/kubernetes/mco-extender/ca.crt"
+
+
+def volcano_tier(url: str, http_timeout: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "plugins": [
+                {
+                    "name": "extender",
+                    "arguments": {
+                        "extender.urlPrefix": f"{url.rstrip('/')}/volcano",
+                        "extender.httpTimeout": http_timeout,
+                        "extender.ignorable": True,
+                        "extender.predicateVerb": "predicate",
+                        "extender.prioritizeVerb": "prioritize",
+                    },
+                }
+            ]
+        }
+    ]
+
+
+def kube_scheduler_config(
+    url: str,
+    *,
+    weight: int,
+    http_timeout: str,
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+) -> dict[str, Any]:
+    extender: dict[str, Any] = {
+        "urlPrefix": f"{url.rstrip('/')}/scheduler",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "weight": weight,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+        "httpTimeout": http_timeout,
+    }
+    if url.startswith("https://"):
+        # Without a CA file kube-scheduler would skip server verification: always name one.
+        tls: dict[str, str] = {"caFile": ca_file or DEFAULT_CA_FILE}
+        if cert_file and key_file:
+            tls.update(certFile=cert_file, keyFile=key_file)
+        extender.update(enableHTTPS=True, tlsConfig=tls)
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "extenders": [extender],
+    }
+
+
+_VOLCANO_HEADER = """\
+# mco-extender for Volcano: append this tier to `tiers:` in volcano-scheduler.conf
+# (ConfigMap volcano-system/volcano-scheduler-configmap). As the last tier, the extender is
+# asked only about (task, node) pairs that every other predicate already accepted.
+"""
+_VOLCANO_HTTPS = """\
+# Volcano's client trusts only the system CA roots and sends no client certificate: serve
+# Volcano with a certificate those roots trust, and without --client-ca.
+"""
+_KUBE_HEADER = """\
+# mco-extender for kube-scheduler: merge `extenders` into your KubeSchedulerConfiguration.
+# Scores are 0-10; kube-scheduler multiplies them by weight x 10 before adding them to the
+# in-tree plugins' scores.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mco-extender print-config",
+        description="Print the scheduler configuration that enables mco-extender.",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--volcano", action="store_true", help="a volcano-scheduler.conf tier")
+    which.add_argument(
+        "--kube-scheduler", action="store_true", help="a KubeSchedulerConfiguration extender"
+    )
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help=f"extender base URL (default {DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--http-timeout", default=None, help="per-call timeout (default: 500ms Volcano, 1s kube)"
+    )
+    parser.add_argument("--weight", type=int, default=1, help="kube-scheduler weight (> 0)")
+    parser.add_argument("--ca-file", help="kube-scheduler: CA that signed the extender's cert")
+    parser.add_argument("--client-cert-file", help="kube-scheduler: client certificate (mTLS)")
+    parser.add_argument("--client-key-file", help="kube-scheduler: client key (mTLS)")
+    return parser
+
+
+def main(argv: Sequence[str], out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if not args.url.startswith(("http://", "https://")):
+        parser.error("--url must start with http:// or https://")
+    if args.weight <= 0:
+        parser.error("--weight must be positive (kube-scheduler rejects 0 with a prioritizeVerb)")
+    if args.volcano:
+        header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if args.url.startswith("https://") else "")
+        doc: object = volcano_tier(args.url, args.http_timeout or "500ms")
+    else:
+        header = _KUBE_HEADER
+        doc = kube_scheduler_config(
+            args.url,
+            weight=args.weight,
+            http_timeout=args.http_timeout or "1s",
+            ca_file=args.ca_file,
+            cert_file=args.client_cert_file,
+            key_file=args.client_key_file,
+        )
+    (out or sys.stdout).write(header + yaml.safe_dump(doc, sort_keys=False))
+    return 0

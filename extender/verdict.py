@@ -1,0 +1,132 @@
+"""The one decision both schedulers get: may this pod go to this node, and how good is the node.
+
+`decide` is a pure function of the node's report entry (or None) with the time up to which that
+entry is known to hold, facts about the pod and the node taken from the request, the
+configuration and the current time. The wire formats (`extender.volcano`, `extender.kube`) only
+translate its result.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from extender.config import UNSCHEDULABLE_AND_UNRESOLVABLE, VerdictConfig
+from reporter.schema import NodeEntry
+
+
+class PodFacts(NamedTuple):
+    runtime_class: str | None
+    wants_kata: bool
+
+
+class NodeFacts(NamedTuple):
+    name: str
+    kata_label: bool | None = None  # the node's Kata label, when the request carried the node
+
+
+class Reason:
+    """Why a verdict came out as it did; also the ``reason`` label of the verdict metric.
+
+    Plain strings, not an Enum: batches of thousands of verdicts are tallied by reason, and
+    str hashes are cached where Enum hashes run Python code.
+    """
+
+    OK: Final = "ok"  # fresh data, scored by its interference level
+    NO_LEVEL: Final = "no_level"  # fresh entry but no detection had data: neutral score
+    UNKNOWN: Final = "unknown"  # no entry for the node
+    STALE: Final = "stale"  # entry older than staleAfter
+    KATA_NOT_READY: Final = "kata_not_ready"
+    HARD_CONSTRAINT: Final = "hard_constraint"
+    ALL: Final = (OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT)
+
+
+class Verdict(NamedTuple):
+    passed: bool
+    reason: str  # one of Reason
+    message: str  # human-readable; shown in pod events when the node is rejected
+    score: float  # 0-100 (Volcano scale before its weight)
+    kube_score: int  # kube-scheduler's 0-10 integers (it multiplies by weight x 10 itself)
+    unresolvable: bool  # a rejection that evicting pods cannot fix
+
+    @property
+    def volcano_code(self) -> int:
+        """0 when passed; otherwise 2 (preemption may help) or 3 (it cannot)."""
+        if self.passed:
+            return 0
+        return UNSCHEDULABLE_AND_UNRESOLVABLE if self.unresolvable else 2
+
+
+def _verdict(passed: bool, reason: str, message: str, score: float, unresolvable: bool) -> Verdict:
+    return Verdict(
+        passed, reason, message, score, min(10, max(0, int(score / 10 + 0.5))), unresolvable
+    )
+
+
+def pod_facts(runtime_class: str | None, config: VerdictConfig) -> PodFacts:
+    wants_kata = bool(runtime_class) and config.kata_pattern.match(runtime_class or "") is not None
+    return PodFacts(runtime_class, wants_kata)
+
+
+def _missing(reason: str, message: str, config: VerdictConfig) -> Verdict:
+    if config.fail_closed:
+        unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+        return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable)
+    return _verdict(True, reason, f"{message}: neutral score", config.neutral_score, False)
+
+
+def _violation_text(name: str, entry: NodeEntry) -> str:
+    if entry.violations:
+        parts = [f"{v.constraint}={v.value:.4g} (limit {v.limit:.4g})" for v in entry.violations]
+        return f"mco: node {name} violates hard constraint {'; '.join(parts)}"
+    why = f" ({', '.join(entry.reasons)})" if entry.reasons else ""
+    return f"mco: node {name} is marked unschedulable by its interference report{why}"
+
+
+def decide(
+    entry: NodeEntry | None,
+    held_until: float,
+    pod: PodFacts,
+    node: NodeFacts,
+    config: VerdictConfig,
+    now: float,
+) -> Verdict:
+    """``held_until``: Unix time up to which ``entry``'s values are known to hold
+    (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time)."""
+    if pod.wants_kata:
+        # Ready when the report or the node's label says so. With no evidence either way
+        # (unknown node, names-only request), fail-open lets it through to the neutral verdict.
+        ready = node.kata_label or (entry is not None and entry.kata_ready)
+        evidence = entry is not None or node.kata_label is not None
+        if not ready and (evidence or config.fail_closed):
+            return _verdict(
+                False,
+                Reason.KATA_NOT_READY,
+                f"mco: runtimeClassName {pod.runtime_class} needs a Kata-ready node; "
+                f"node {node.name} is not Kata-ready",
+                0.0,
+                True,
+            )
+    if entry is None:
+        return _missing(Reason.UNKNOWN, f"mco: no interference report for node {node.name}", config)
+    if now - held_until > config.stale_after:
+        return _missing(
+            Reason.STALE,
+            f"mco: interference data for node {node.name} is older than {config.stale_after:g}s",
+            config,
+        )
+    if not entry.schedulable:
+        unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+        return _verdict(
+            False, Reason.HARD_CONSTRAINT, _violation_text(node.name, entry), 0.0, unresolvable
+        )
+    if entry.level is None:
+        return _verdict(
+            True,
+            Reason.NO_LEVEL,
+            "mco: no detection had data: neutral score",
+            config.neutral_score,
+            False,
+        )
+    level = min(1.0, max(0.0, entry.level))
+    # Rounded: 100 x (1 - 0.9) is 9.999999999999998 in floating point.
+    return _verdict(True, Reason.OK, "", round(100.0 * (1.0 - level), 6), False)

@@ -1,0 +1,216 @@
+"""Volcano's ``extender`` plugin protocol: predicate and prioritize (keys exactly as Volcano sends).
+
+Volcano serialises its scheduler types with Go field names in declaration order. A predicate
+body is ``{"task": TaskInfo, "node": NodeInfo}``, where NodeInfo is ``{"Name", "Node", "State",
+..., "Tasks", ...}``: the verdict needs the task's Pod and the node's Name and Node, all of which
+come before ``State``, while ``Tasks`` (every pod on the node, most of a 100-300 KB body) comes
+after it. The fast path therefore decodes only the prefix that ends where the node's ``State``
+key begins, closed with the brackets it needs. A prefix closed that way only decodes when the cut
+lies at the right depth, and the result is checked (task with its Pod, node with Name and Node);
+anything unexpected falls back to a full decode of the body, which is the reference behaviour.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from extender.config import VerdictConfig
+from extender.judge import Judge
+from extender.verdict import Verdict, pod_facts
+from extender.wire import UNDECODABLE, BadRequest, Body, Node, Pod, decode_error, runtime_class
+
+FAST_PATH_MIN_BYTES = 32 << 10  # smaller bodies decode fully: cheap, and strictly validated
+_MAX_CUTS = 4  # candidate cut points tried before falling back to the full decode
+_STATE = b',"State":{"Phase":'  # NodeInfo.State is a NodeState{Phase, Reason}
+_NODE_START = b'{"Name":"'
+_NEXT_NODE = b"}," + _NODE_START
+
+
+def _ends_with(body: Body, suffix: bytes) -> bool:
+    """Whether the body ends with ``suffix`` after trailing whitespace (without copying it)."""
+    end = len(body)
+    while end and body[end - 1] in b" \t\r\n":
+        end -= 1
+    return body[max(0, end - len(suffix)) : end] == suffix
+
+
+class TaskInfo(msgspec.Struct, rename="pascal", gc=False):
+    pod: Pod | None = None
+
+
+class NodeInfo(msgspec.Struct, rename="pascal", gc=False):
+    name: str = ""
+    node: Node | None = None
+
+
+class PredicateArgs(msgspec.Struct, gc=False):
+    task: TaskInfo | None = None
+    node: NodeInfo | None = None
+
+
+class PrioritizeArgs(msgspec.Struct, gc=False):
+    task: TaskInfo | None = None
+    nodes: list[NodeInfo] | None = None
+
+
+class PredicateResult(msgspec.Struct, gc=False):
+    status: str  # empty: the node passes, whatever the code
+    code: int
+
+
+class PrioritizeResult(msgspec.Struct, rename="camel", gc=False):
+    node_score: dict[str, float]  # never null: Volcano treats null as an error
+    error_message: str = ""
+
+
+_predicate = msgspec.json.Decoder(PredicateArgs)
+_prioritize = msgspec.json.Decoder(PrioritizeArgs)
+_node_info = msgspec.json.Decoder(NodeInfo)
+
+
+def _complete(task: TaskInfo | None) -> bool:
+    return task is not None and task.pod is not None
+
+
+def _fast_predicate(body: Body) -> PredicateArgs | None:
+    if not _ends_with(body, b"}}"):  # the node object and the document both close
+        return None
+    pos = 0  # TaskInfo has no State key; the first candidate is normally the node's
+    for _ in range(_MAX_CUTS):
+        cut = body.find(_STATE, pos)
+        if pos < 0 or cut < 0:
+            return None
+        try:
+            args = _predicate.decode(body[:cut] + b"}}")
+        except UNDECODABLE:
+            pos = cut + 1
+            continue
+        node = args.node
+        if node is None or not node.name or node.node is None or not _complete(args.task):
+            return None
+        return args
+    return None
+
+
+def decode_predicate(body: Body) -> PredicateArgs:
+    if len(body) >= FAST_PATH_MIN_BYTES and (args := _fast_predicate(body)) is not None:
+        return args
+    try:
+        args = _predicate.decode(body)
+    except UNDECODABLE as exc:
+        raise decode_error(exc, body) from None
+    if args.node is None or not args.node.name:
+        raise BadRequest("predicate needs a node with a Name")
+    return args
+
+
+def _fast_node(body: Body, pos: int) -> tuple[NodeInfo, int] | None:
+    """The NodeInfo head (Name and the full Node) at ``pos``, and where its ``State`` begins."""
+    cut = pos
+    for _ in range(_MAX_CUTS):
+        cut = body.find(_STATE, cut + 1)
+        if cut < 0:
+            return None
+        try:
+            info = _node_info.decode(body[pos:cut] + b"}")
+        except UNDECODABLE:
+            continue
+        if not info.name or info.node is None:
+            return None
+        return info, cut
+    return None
+
+
+def _fast_name(body: Body, pos: int) -> tuple[NodeInfo, int] | None:
+    """Just the Name of the NodeInfo at ``pos``; enough for pods that do not ask for Kata."""
+    end = _name_end(body, pos)
+    if end < 0:
+        return None
+    raw = bytes(body[pos + len(_NODE_START) : end])
+    if not raw or b"\\" in raw:
+        return None  # node names are DNS-1123 subdomains; anything escaped takes the full decode
+    return NodeInfo(raw.decode()), end
+
+
+def _name_end(body: Body, pos: int) -> int:
+    """Where the Name value of a NodeInfo-shaped object at ``pos`` ends, or -1."""
+    end = body.find(b'"', pos + len(_NODE_START))
+    return end if end >= 0 and body.startswith(b',"Node":', end + 1) else -1
+
+
+def _fast_prioritize(body: Body, config: VerdictConfig) -> PrioritizeArgs | None:
+    if not _ends_with(body, b"}]}"):  # the last NodeInfo, the list and the document close
+        return None
+    marker = b',"nodes":['
+    pos = 0
+    task: TaskInfo | None = None
+    for _ in range(_MAX_CUTS):
+        pos = body.find(marker, pos + 1)
+        if pos < 0:
+            return None
+        try:
+            task = _prioritize.decode(body[: pos + len(marker)] + b"]}").task
+        except UNDECODABLE:
+            continue
+        break
+    if task is None or task.pod is None:
+        return None
+    # Pods without Kata need only node names; Kata pods also read each node's labels.
+    head = _fast_node if pod_facts(task.pod.runtime_class, config).wants_kata else _fast_name
+    pos += len(marker)
+    if not body.startswith(_NODE_START, pos):
+        return None
+    nodes: list[NodeInfo] = []
+    while True:
+        found = head(body, pos)
+        if found is None:
+            return None
+        info, after = found
+        nodes.append(info)
+        # The next element is the next NodeInfo-shaped object after this one's head.
+        while True:
+            following = body.find(_NEXT_NODE, after)
+            if following < 0:
+                return PrioritizeArgs(task, nodes)
+            pos = following + 2
+            if _name_end(body, pos) >= 0:
+                break
+            after = pos
+
+
+def decode_prioritize(body: Body, config: VerdictConfig) -> PrioritizeArgs:
+    if len(body) >= FAST_PATH_MIN_BYTES and (args := _fast_prioritize(body, config)) is not None:
+        return args
+    try:
+        args = _prioritize.decode(body)
+    except UNDECODABLE as exc:
+        raise decode_error(exc, body) from None
+    if not all(info.name for info in args.nodes or ()):
+        raise BadRequest("prioritize needs every node with a Name")
+    return args
+
+
+def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateResult, Verdict]:
+    assert args.node is not None  # checked by decode_predicate
+    info = args.node
+    facts = (info.node or Node()).facts(info.name)
+    pod = pod_facts(runtime_class(args.task.pod if args.task else None), judge.config)
+    verdict = judge.node(facts, pod, now)
+    if verdict.passed:
+        return PredicateResult("", 0), verdict
+    return PredicateResult(verdict.message, verdict.volcano_code), verdict
+
+
+def prioritize(
+    args: PrioritizeArgs, judge: Judge, now: float
+) -> tuple[PrioritizeResult, list[Verdict]]:
+    pod = pod_facts(runtime_class(args.task.pod if args.task else None), judge.config)
+    infos = args.nodes or []
+    names = [info.name for info in infos]
+    if pod.wants_kata:  # the nodes' Kata labels count
+        verdicts = [judge.node((i.node or Node()).facts(i.name), pod, now) for i in infos]
+    else:
+        verdicts = judge.names(names, pod, now)
+    weight = judge.config.volcano_weight
+    scores = {name: v.score * weight for name, v in zip(names, verdicts, strict=True)}
+    return PrioritizeResult(scores), verdicts

@@ -1,0 +1,67 @@
+"""The few fields of scheduler requests a verdict needs, shared by both wire formats.
+
+msgspec decodes into structs that declare only these fields, so the rest of a Pod or Node is
+skipped by its C parser and never becomes Python objects.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from extender.config import KATA_NODE_LABEL
+from extender.verdict import NodeFacts
+
+Body = bytes | bytearray  # request bodies are read into one preallocated buffer
+
+
+class BadRequest(Exception):
+    """The request body is not what the route expects; answered with 400 and the message."""
+
+
+class KataLabel(msgspec.Struct, gc=False):
+    value: str | None = msgspec.field(name=KATA_NODE_LABEL, default=None)
+
+
+class ObjectMeta(msgspec.Struct, gc=False):
+    name: str = ""
+    labels: KataLabel | None = None
+
+
+class Node(msgspec.Struct, gc=False):
+    """A v1.Node: its name and Kata label."""
+
+    metadata: ObjectMeta | None = None
+
+    def facts(self, name: str = "") -> NodeFacts:
+        meta = self.metadata
+        label = meta.labels.value if meta is not None and meta.labels is not None else None
+        node_name = name or (meta.name if meta is not None else "")
+        return NodeFacts(node_name, None if label is None else label == "true")
+
+
+class PodSpec(msgspec.Struct, rename="camel", gc=False):
+    runtime_class_name: str | None = None
+
+
+class Pod(msgspec.Struct, gc=False):
+    """A v1.Pod: only its runtime class matters to the verdict."""
+
+    spec: PodSpec | None = None
+
+    @property
+    def runtime_class(self) -> str | None:
+        return self.spec.runtime_class_name if self.spec is not None else None
+
+
+def runtime_class(pod: Pod | None) -> str | None:
+    return pod.runtime_class if pod is not None else None
+
+
+# What msgspec raises on bad input: malformed JSON, wrong types, and nesting too deep to follow.
+UNDECODABLE = (msgspec.DecodeError, RecursionError)
+
+
+def decode_error(exc: Exception, body: Body) -> BadRequest:
+    if not body.strip():
+        return BadRequest("empty request body: expected a JSON object")
+    return BadRequest(f"invalid request body: {exc}")

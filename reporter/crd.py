@@ -1,0 +1,178 @@
+"""The NodeInterferenceReport CRD, generated from the msgspec structs of ``reporter.schema``.
+
+msgspec's JSON Schema is turned into a Kubernetes *structural* schema: references inlined,
+optional fields typed (never ``nullable``: the reporter removes a field rather than writing
+null), maps as ``additionalProperties``, no defaults (the API server would otherwise add fields
+the reporter did not write, and its diff would never settle). Bounds and descriptions are added
+here. ``tests/reporter`` validates every object the reporter writes against this schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+import yaml
+
+from reporter.schema import GROUP, KIND, PLURAL, VERSION, NodeInterferenceReport
+
+CRD_PATH: Final = "charts/mco/crds/mco.io_nodeinterferencereports.yaml"
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# Descriptions by field name (JSON spelling), where the name alone does not say enough.
+_HELP: Final[dict[str, str]] = {
+    "status": "Written by mco-reporter only.",
+    "nodes": "Node name -> its interference entry.",
+    "sampleTime": "Prometheus time of the newest sample behind this entry (RFC 3339).",
+    "schedulable": "False while a hard constraint is violated.",
+    "fallback": "Memory pressure judged without PSI (MemAvailable and page scanning).",
+    "kataReady": "A Kata runtime is installed and /dev/kvm usable on the node.",
+    "level": "Interference level, 0 (quiet) to 1 (interfered): weighted mean of the "
+    "detection indices. Absent when no detection had data.",
+    "score": "Schedule score, 100 x (1 - level).",
+    "reasons": "Machine-readable reasons: triggered:<detection>, violated:<constraint>, "
+    "fallback:memory_pressure.",
+    "detections": "Detection name -> its index (0-1) and whether a signal reached warn.",
+    "signals": "Snapshot of the smoothed signals (absent in --compact reports).",
+    "violations": "Hard constraints the node breaks, with the value and the limit.",
+    "missing": "Values absent (or not finite) at the source for this node.",
+    "live": "True: re-checked at every sync, so the values hold up to the heartbeat "
+    "(status.lastSyncTime of the object named cluster); false: they hold at sampleTime only.",
+    "lastSyncTime": "The heartbeat: last successful sync with the PromQL source.",
+    "ruleConfigGeneration": "Generation of the DetectionRuleConfig the source's rules encode.",
+    "conditions": "SourceReachable and Synced.",
+    "nodeCount": "Nodes in the whole report (on the object named cluster).",
+}
+_TIMES: Final = frozenset({"sampleTime", "lastSyncTime", "lastTransitionTime"})
+_BOUNDS: Final[dict[str, tuple[float, float]]] = {
+    "level": (0, 1),
+    "score": (0, 100),
+    "index": (0, 1),
+}
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(schema, list):
+        return [_inline(s, defs) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return _inline(defs[schema["$ref"].rsplit("/", 1)[1]], defs)
+    if "anyOf" in schema:
+        kinds = [s for s in schema["anyOf"] if s.get("type") != "null"]
+        if len(kinds) != 1:
+            raise ValueError(f"cannot express {schema} structurally")
+        merged = {k: v for k, v in schema.items() if k != "anyOf"}
+        return _inline({**kinds[0], **merged}, defs)
+    return {k: _inline(v, defs) for k, v in schema.items()}
+
+
+def _structural(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """Strip what a structural schema must not hold, add bounds and descriptions."""
+    name = path.rpartition(".")[2]
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("title", "description", "default", "$defs"):
+            continue
+        if key == "properties":
+            out[key] = {k: _structural(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+        elif key in ("additionalProperties", "items") and isinstance(value, dict):
+            out[key] = _structural(value, f"{path}[]")
+        else:
+            out[key] = value
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if out.get("required") == []:
+        del out["required"]
+    if out.get("type") == "integer" and name == "ruleConfigGeneration":
+        out["minimum"] = 0
+    if name in _TIMES:
+        out["format"] = "date-time"
+    if name in _BOUNDS:
+        out["minimum"], out["maximum"] = _BOUNDS[name]
+    if name in _HELP and (name != "status" or path == "status"):
+        out["description"] = _HELP[name]
+    if out.get("type") == "object" and "properties" in out and "required" in out:
+        out["required"] = sorted(out["required"])
+    return out
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of the CRD (also what the tests validate objects with)."""
+    raw = msgspec.json.schema(NodeInterferenceReport)
+    defs = raw.get("$defs", {})
+    top = _inline(raw, defs)
+    schema = _structural(top)
+    props = schema["properties"]
+    props["metadata"] = {"type": "object"}
+    props["apiVersion"] = {"type": "string"}
+    props["kind"] = {"type": "string"}
+    schema.pop("required", None)
+    conditions = props["status"]["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    schema["description"] = (
+        "Per-node hardware interference as seen by MCO, written by mco-reporter. Layouts: one "
+        "object named cluster holding every node, or one object per node named after it."
+    )
+    return schema
+
+
+def _columns() -> list[dict[str, Any]]:
+    node = ".status.nodes.*"
+    return [
+        {
+            "name": "Level",
+            "type": "number",
+            "jsonPath": f"{node}.level",
+            "description": "Interference level (per-node layout: this node; cluster layout: "
+            "one of the nodes).",
+        },
+        {"name": "Score", "type": "number", "jsonPath": f"{node}.score"},
+        {"name": "Schedulable", "type": "boolean", "jsonPath": f"{node}.schedulable"},
+        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodeCount"},
+        {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": ["nir"],
+                "categories": ["mco"],
+            },
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": _columns(),
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = (
+        "# NodeInterferenceReport CRD, generated by reporter.crd from reporter/schema.py.\n"
+        "# Do not edit: run `make generate`.\n"
+    )
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)
+
+
+def generated_files() -> dict[str, str]:
+    return {CRD_PATH: render_crd()}

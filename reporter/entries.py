@@ -1,0 +1,218 @@
+"""One node's vector of PromQL values -> its NodeEntry, and the epsilon test that decides whether
+a new vector is worth a write.
+
+The entry holds PromQL's numbers as they are (no rounding): ``level`` and ``score`` are the
+recorded ``node:mco_interference_level:ratio`` and ``node:mco_schedule_score``; a detection
+appears only where its index exists; anything absent (or non-finite) is named in ``missing``,
+never written as zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from reporter.query import CONSTRAINT_SIGNALS, MISSING, Kind, Plan
+from reporter.schema import DetectionState, NodeEntry, Violation, parse_time
+from rulegen import series
+from rulegen.model import SIGNALS_BY_KEY, DetectionRuleConfig
+
+# Scale of the smoothed series that have no warn threshold (context series): a change of
+# epsilon × scale is worth a write. Ratios in [0, 1] use 0.1 (10 % stall time); LLC occupancy
+# is in bytes.
+CONTEXT_SCALES: Final[dict[str, float]] = {
+    "llcOccupancyBytes": 1 << 20,
+    "psiCPUSome": 0.1,
+    "psiIOFull": 0.1,
+    "psiMemoryFull": 0.1,
+}
+
+_CONSTRAINT_LIMIT_KEYS: Final = {label: key for key, label in series.HARD_CONSTRAINTS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Epsilon:
+    """``level`` and detection indices: absolute (``score`` × 100); signals: relative to the
+    larger of the value and the signal's scale (its warn threshold)."""
+
+    level: float = 0.01
+    signal: float = 0.05
+
+
+class EntryBuilder:
+    """Builds entries and their tolerance bounds for one plan and one rule config."""
+
+    def __init__(self, plan: Plan, config: DetectionRuleConfig, epsilon: Epsilon) -> None:
+        self.plan = plan
+        self.config = config
+        self.epsilon = epsilon
+        limits = config.hard_constraints
+        self.limits = {
+            label: float(
+                limits.psi_memory_full_max if key == "psiMemoryFullMax" else limits.psi_io_some_max
+            )
+            for label, key in _CONSTRAINT_LIMIT_KEYS.items()
+        }
+        self._tolerance: list[tuple[float, float]] = []  # (absolute, relative) per slot
+        for slot in plan.slots:
+            if slot.kind is Kind.TIME:
+                self._tolerance.append((math.inf, 0.0))
+            elif slot.is_bool:
+                self._tolerance.append((0.0, 0.0))
+            elif slot.kind in (Kind.LEVEL, Kind.INDEX):
+                self._tolerance.append((epsilon.level, 0.0))
+            elif slot.kind is Kind.SCORE:
+                self._tolerance.append((epsilon.level * 100, 0.0))
+            else:
+                self._tolerance.append((epsilon.signal * _scale(slot.key, config), epsilon.signal))
+        self._signal_slots = [(i, s.key) for i, s in enumerate(plan.slots) if s.kind is Kind.SIGNAL]
+        self._slots = list(enumerate(plan.slots))
+
+    def bounds(self, vector: list[float]) -> tuple[list[float], list[float]]:
+        """(lo, hi) such that a later vector within them is not a change. MISSING matches only
+        MISSING; the time slot matches anything."""
+        lo: list[float] = []
+        hi: list[float] = []
+        for x, (absolute, relative) in zip(vector, self._tolerance, strict=True):
+            if x == MISSING:
+                lo.append(MISSING)
+                hi.append(MISSING)
+            elif absolute == math.inf:
+                lo.append(-math.inf)
+                hi.append(math.inf)
+            else:
+                tol = max(absolute, relative * abs(x))
+                lo.append(x - tol)
+                hi.append(x + tol)
+        return lo, hi
+
+    def normalize(self, vector: list[float]) -> None:
+        """Non-finite values (an engine that ignored the query's filter) become MISSING."""
+        for i, x in enumerate(vector):
+            if x != MISSING and not math.isfinite(x):
+                vector[i] = MISSING
+
+    def build(self, vector: list[float], sample_time: str, *, live: bool) -> NodeEntry:
+        missing: list[str] = []
+        level = score = None
+        fallback = kata = False
+        detections: dict[str, DetectionState] = {}
+        triggered: dict[str, bool] = {}
+        violated: list[str] = []
+        for i, slot in self._slots:
+            x = vector[i]
+            kind = slot.kind
+            if kind is Kind.TIME or kind is Kind.SIGNAL:
+                continue
+            if x == MISSING:
+                if kind is Kind.INDEX:
+                    missing.append(f"detections.{slot.key}")
+                elif kind is Kind.TRIGGERED:
+                    missing.append(f"detections.{slot.key}.triggered")
+                elif kind is Kind.VIOLATED:
+                    missing.append(f"violations.{slot.key}")
+                else:
+                    missing.append(
+                        {
+                            Kind.LEVEL: "level",
+                            Kind.SCORE: "score",
+                            Kind.FALLBACK: "fallback",
+                            Kind.KATA: "kataReady",
+                        }[kind]
+                    )
+                continue
+            if kind is Kind.LEVEL:
+                level = x
+            elif kind is Kind.SCORE:
+                score = x
+            elif kind is Kind.FALLBACK:
+                fallback = x == 1
+            elif kind is Kind.KATA:
+                kata = x == 1
+            elif kind is Kind.INDEX:
+                detections[slot.key] = DetectionState(index=x, triggered=False)
+            elif kind is Kind.TRIGGERED:
+                triggered[slot.key] = x == 1
+            elif x == 1:  # VIOLATED
+                violated.append(slot.key)
+        for label, state in detections.items():
+            state.triggered = triggered.get(label, False)
+        signals: dict[str, float] = {}
+        for i, key in self._signal_slots:
+            x = vector[i]
+            if x == MISSING:
+                if not self.plan.compact:
+                    missing.append(f"signals.{key}")
+            elif not self.plan.compact:
+                signals[key] = x
+        violations: list[Violation] = []
+        for label in violated:
+            value = vector[self.plan.signal_slots[CONSTRAINT_SIGNALS[label]]]
+            if value != MISSING:
+                violations.append(Violation(label, value, self.limits[label]))
+        reasons = [f"triggered:{label}" for label, state in detections.items() if state.triggered]
+        reasons += [f"violated:{label}" for label in violated]
+        if fallback:
+            reasons.append("fallback:memory_pressure")
+        return NodeEntry(
+            sample_time=sample_time,
+            schedulable=not violated,
+            fallback=fallback,
+            kata_ready=kata,
+            level=level,
+            score=score,
+            reasons=reasons,
+            detections=detections,
+            signals=None if self.plan.compact else signals,
+            violations=violations,
+            missing=missing,
+            live=live,
+        )
+
+    def vector_of(self, entry: NodeEntry) -> list[float]:
+        """The vector an entry was built from, as far as the entry tells (the inverse of
+        ``build``): lets a restarted reporter compare new answers with what is written."""
+        missing = set(entry.missing)
+        violated = {v.constraint: v.value for v in entry.violations}
+        violated_reasons = {
+            r.removeprefix("violated:") for r in entry.reasons if r.startswith("violated:")
+        }
+        signals = entry.signals or {}
+        vector: list[float] = []
+        for slot in self.plan.slots:
+            kind, key = slot.kind, slot.key
+            x = MISSING
+            if kind is Kind.TIME:
+                x = parse_time(entry.sample_time)
+            elif kind is Kind.SIGNAL:
+                x = signals.get(key, MISSING)
+                if x == MISSING:
+                    for label, signal in CONSTRAINT_SIGNALS.items():
+                        if signal == key and label in violated:
+                            x = violated[label]
+            elif kind is Kind.LEVEL:
+                x = MISSING if entry.level is None else entry.level
+            elif kind is Kind.SCORE:
+                x = MISSING if entry.score is None else entry.score
+            elif kind is Kind.FALLBACK:
+                x = MISSING if "fallback" in missing else float(entry.fallback)
+            elif kind is Kind.KATA:
+                x = MISSING if "kataReady" in missing else float(entry.kata_ready)
+            elif kind is Kind.INDEX:
+                state = entry.detections.get(key)
+                x = MISSING if state is None else state.index
+            elif kind is Kind.TRIGGERED:
+                state = entry.detections.get(key)
+                if f"detections.{key}.triggered" not in missing:
+                    x = float(state.triggered) if state is not None else 0.0
+            elif f"violations.{key}" not in missing:  # VIOLATED
+                x = float(key in violated or key in violated_reasons)
+            vector.append(x)
+        return vector
+
+
+def _scale(key: str, config: DetectionRuleConfig) -> float:
+    if key in SIGNALS_BY_KEY:
+        return abs(config.threshold(key).warn) or 1.0
+    return CONTEXT_SCALES.get(key, 1.0)

@@ -1,0 +1,129 @@
+"""``--output FILE|-``: the whole report as JSON, rewritten every cycle.
+
+Cluster layout: one NodeInterferenceReport. Per-node layout: a Kubernetes ``List`` (``apiVersion:
+v1, kind: List, items: [...]``) holding the ``cluster`` object first, then one object per node.
+A file is replaced atomically (a temporary file in the same directory, fsync, rename), so a
+reader sees the old version or the new one, never half of one. ``-`` writes one JSON document
+per line to stdout.
+
+The file is rewritten whole anyway, so live entries carry the time of their node's newest
+sample rather than the time their values last moved: a reader that looks only at ``sampleTime``
+is then right too (both satisfy the freshness rule of ``reporter.schema``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from reporter.layout import PER_NODE, LayoutChooser, whole_objects
+from reporter.schema import NodeEntry, NodeInterferenceReport, ReportList, format_time
+from reporter.tracker import ReportView
+
+_encoder = msgspec.json.Encoder()
+log = logging.getLogger("mco.reporter.file")
+
+
+class _Document(msgspec.Struct):
+    kind: str = ""
+    items: list[NodeInterferenceReport] | None = None
+
+
+class FileSink:
+    def __init__(self, target: str, chooser: LayoutChooser) -> None:
+        self.target = target
+        self.chooser = chooser
+        self.bytes_written = 0
+        self.last_size = 0  # bytes of the last document
+        self.largest_object = 0
+        self._times: dict[float, str] = {}
+
+    def load(self) -> dict[str, NodeEntry]:
+        """The entries of an existing report file (a restart must not drop them); {} when there
+        is none or it is not a report."""
+        if self.target == "-":
+            return {}
+        try:
+            data = Path(self.target).read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            doc = msgspec.json.decode(data, type=_Document)
+            items = (
+                doc.items
+                if doc.items is not None
+                else [msgspec.json.decode(data, type=NodeInterferenceReport)]
+            )
+        except msgspec.DecodeError as exc:
+            log.warning(
+                "existing --output file is not a report; starting empty", extra={"err": str(exc)}
+            )
+            return {}
+        entries: dict[str, NodeEntry] = {}
+        for item in items:
+            entries.update(item.status.nodes)
+        return entries
+
+    def document(self, view: ReportView, last_seen: dict[str, float]) -> bytes:
+        entries = self._fresh(view.entries, last_seen)
+        layout = self.chooser.choose(view.entries)
+        objects = whole_objects(view, layout, entries)
+        if layout == PER_NODE:
+            encoded = [_encoder.encode(o) for o in objects]
+            self.largest_object = max(len(e) for e in encoded)
+            return _encoder.encode(ReportList(items=objects))
+        data = _encoder.encode(objects[0])
+        self.largest_object = len(data)
+        return data
+
+    def _fresh(
+        self, entries: dict[str, NodeEntry], last_seen: dict[str, float]
+    ) -> dict[str, NodeEntry]:
+        times = self._times
+        if len(times) > 4096:
+            times.clear()
+        out: dict[str, NodeEntry] = {}
+        for node, entry in entries.items():
+            ts = last_seen.get(node)
+            if entry.live and ts is not None:
+                text = times.get(ts)
+                if text is None:
+                    text = times[ts] = format_time(ts)
+                if text != entry.sample_time:
+                    entry = msgspec.structs.replace(entry, sample_time=text)
+            out[node] = entry
+        return out
+
+    def write(self, view: ReportView, last_seen: dict[str, float]) -> int:
+        """Write the report; returns its size. Raises OSError."""
+        data = self.document(view, last_seen)
+        if self.target == "-":
+            sys.stdout.buffer.write(data + b"\n")
+            sys.stdout.buffer.flush()
+        else:
+            write_atomically(Path(self.target), data)
+        self.bytes_written += len(data)
+        self.last_size = len(data)
+        return len(data)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,218 @@
+"""NodeInterferenceReport calls on the Kubernetes API, through kubernetes-asyncio.
+
+Responses are read raw (``_preload_content=False``) and decoded with msgspec: a patch answer
+holds the whole object (up to a MiB), and only its ``resourceVersion`` is needed. Each failure
+becomes an ``ApiError`` with a ``kind`` that says how to react (retry on a fresh read, recreate,
+back off, or give up on this write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import client
+
+from reporter.schema import GROUP, LAYOUT_LABEL, PLURAL, VERSION, NodeInterferenceReport, ReportList
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+
+# ApiError kinds (the ``kind`` label of mco_reporter_errors_total, prefixed ``api_``).
+CONFLICT: Final = "conflict"
+NOT_FOUND: Final = "not_found"
+GONE: Final = "gone"
+INVALID: Final = "invalid"
+TOO_LARGE: Final = "too_large"
+FORBIDDEN: Final = "forbidden"
+THROTTLED: Final = "throttled"
+SERVER_ERROR: Final = "server_error"
+CONNECTION: Final = "connection"
+# After these the written state is unknown: read the object again before the next patch.
+UNCERTAIN: Final = frozenset({GONE, SERVER_ERROR, CONNECTION, THROTTLED})
+
+
+class ApiError(Exception):
+    def __init__(self, kind: str, status: int, message: str) -> None:
+        super().__init__(f"{kind} (HTTP {status}): {message}")
+        self.kind = kind
+        self.status = status
+        self.message = message
+
+
+class _Status(msgspec.Struct):
+    message: str = ""
+    reason: str = ""
+
+
+class _Meta(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class _Slim(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+_status = msgspec.json.Decoder(_Status)
+_slim = msgspec.json.Decoder(_Slim)
+_report = msgspec.json.Decoder(NodeInterferenceReport)
+_list = msgspec.json.Decoder(ReportList)
+
+
+def _kind(status: int, message: str) -> str:
+    if status == 409:
+        return CONFLICT
+    if status == 404:
+        return NOT_FOUND
+    if status == 410:
+        return GONE
+    if status == 413 or "too large" in message.lower():
+        return TOO_LARGE
+    if status in (400, 415, 422):
+        return INVALID
+    if status in (401, 403):
+        return FORBIDDEN
+    if status == 429:
+        return THROTTLED
+    return SERVER_ERROR
+
+
+@dataclass(slots=True)
+class WriteStats:
+    """Counts of what was sent (the bench and the self-metrics read these)."""
+
+    writes: dict[str, int] = field(default_factory=dict)  # verb -> requests
+    bytes: int = 0
+
+    def add(self, verb: str, size: int) -> None:
+        self.writes[verb] = self.writes.get(verb, 0) + 1
+        self.bytes += size
+
+
+class ReportApi:
+    def __init__(self, api_client: client.ApiClient, *, timeout: float = 10.0) -> None:
+        self._api = client.CustomObjectsApi(api_client)
+        self.timeout = timeout
+        self.stats = WriteStats()
+
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> bytes:
+        try:
+            response = await method(
+                *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
+            )
+            try:
+                body: bytes = await response.read()
+                status: int = response.status
+            finally:
+                response.release()
+        except TimeoutError as exc:
+            raise ApiError(CONNECTION, 0, f"no answer within {self.timeout:g}s") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ApiError(CONNECTION, 0, str(exc) or type(exc).__name__) from exc
+        except client.ApiException as exc:  # raised by some client versions on errors
+            raise ApiError(
+                _kind(exc.status or 0, str(exc.reason)), exc.status or 0, str(exc.reason)
+            ) from exc
+        if 200 <= status < 300:
+            return body
+        try:
+            detail = _status.decode(body)
+            message = detail.message or detail.reason
+        except msgspec.DecodeError:
+            message = body[:200].decode("utf-8", "replace")
+        raise ApiError(_kind(status, message), status, message)
+
+    def _count(self, verb: str, body: Any) -> None:
+        # The client sends json.dumps(body); count exactly that.
+        self.stats.add(verb, len(json.dumps(body).encode()))
+
+    async def get(self, name: str) -> NodeInterferenceReport | None:
+        try:
+            data = await self._call(
+                self._api.get_cluster_custom_object, GROUP, VERSION, PLURAL, name
+            )
+        except ApiError as exc:
+            if exc.kind == NOT_FOUND:
+                return None
+            raise
+        return _report.decode(data)
+
+    async def list_owned(self) -> list[NodeInterferenceReport]:
+        """Every report carrying the layout label (the reporter's own objects)."""
+        data = await self._call(
+            self._api.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            PLURAL,
+            label_selector=LAYOUT_LABEL,
+        )
+        return _list.decode(data).items
+
+    async def create(self, name: str, labels: dict[str, str]) -> NodeInterferenceReport:
+        """A new, empty object (a real API server ignores ``status`` on create)."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "NodeInterferenceReport",
+            "metadata": {"name": name, "labels": labels},
+        }
+        self._count("create", body)
+        data = await self._call(
+            self._api.create_cluster_custom_object, GROUP, VERSION, PLURAL, body
+        )
+        return _report.decode(data)
+
+    async def patch_status(self, name: str, body: dict[str, Any]) -> str:
+        """Merge-patch the status subresource; returns the new resourceVersion."""
+        self._count("patch", body)
+        data = await self._call(
+            self._api.patch_cluster_custom_object_status,
+            GROUP,
+            VERSION,
+            PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )
+        return _slim.decode(data).metadata.resourceVersion
+
+    async def patch_labels(self, name: str, labels: dict[str, str], rv: str | None) -> str:
+        body: dict[str, Any] = {"metadata": {"labels": labels}}
+        if rv:
+            body["metadata"]["resourceVersion"] = rv
+        self._count("patch", body)
+        data = await self._call(
+            self._api.patch_cluster_custom_object,
+            GROUP,
+            VERSION,
+            PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )
+        return _slim.decode(data).metadata.resourceVersion
+
+    async def delete(self, name: str) -> None:
+        self.stats.add("delete", 0)
+        try:
+            await self._call(self._api.delete_cluster_custom_object, GROUP, VERSION, PLURAL, name)
+        except ApiError as exc:
+            if exc.kind != NOT_FOUND:
+                raise
+
+
+async def gather_limited(limit: int, jobs: list[Any]) -> list[ApiError | None]:
+    """Run coroutines with at most ``limit`` in flight; the exception (or None) of each."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(job: Any) -> ApiError | None:
+        async with semaphore:
+            try:
+                await job
+            except ApiError as exc:
+                return exc
+            return None
+
+    return list(await asyncio.gather(*(one(j) for j in jobs)))

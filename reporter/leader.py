@@ -1,0 +1,201 @@
+"""Lease-based leader election (``coordination.k8s.io/v1``), the algorithm of client-go.
+
+kubernetes-asyncio ships a port of the Python client's elector; it is not used because it
+replaces the Lease with PUT (which the test API server, kmock, does not serve), logs every lost
+race as an exception, never releases the lease on shutdown, and keeps no fencing time. This one:
+
+* A candidate takes the Lease when it does not exist, has no holder, or its holder has not
+  renewed it for ``lease_duration`` *as observed by this candidate* (the time it last saw the
+  record change, on its own monotonic clock, so clock skew between nodes does not matter).
+* Every update is a merge patch carrying the ``resourceVersion`` it read: of two candidates
+  racing for an expired lease, one gets 409 and stays a follower.
+* The leader renews every ``retry_period``; ``is_leader()`` turns false once ``renew_deadline``
+  has passed since the last successful renewal was *sent*. The deadline is shorter than the
+  lease duration, so the old leader stops writing before any standby may take over.
+* On shutdown the leader releases the Lease (holder cleared), so a standby takes over at its
+  next retry instead of after a whole lease duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+
+log = logging.getLogger("mco.reporter.leader")
+
+
+def _now_micro() -> datetime:
+    """A MicroTime for the Lease fields (the client writes it as RFC 3339 with microseconds)."""
+    return datetime.now(UTC)
+
+
+class LeaseElector:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_change: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("need lease duration > renew deadline > retry period > 0")
+        self._api = client.CoordinationV1Api(api_client)
+        self.name = name
+        self.namespace = namespace
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_change = on_change
+        self.clock = clock
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._renewed_at: float | None = None  # when the last successful renewal was sent
+        self._leading = False
+        self.transitions_seen = 0
+
+    def is_leader(self) -> bool:
+        return (
+            self._leading
+            and self._renewed_at is not None
+            and self.clock() - self._renewed_at < self.renew_deadline
+        )
+
+    async def run(self) -> None:
+        """Campaign and renew until cancelled; releases the lease on the way out."""
+        try:
+            while True:
+                try:
+                    await self.try_acquire_or_renew()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the API may fail in any way; keep campaigning
+                    log.warning("lease check failed", extra={"lease": self.name, "err": str(exc)})
+                self._update_leading()
+                await asyncio.sleep(self.retry_period)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.release())
+
+    def _update_leading(self) -> None:
+        if self._leading and not self.is_leader():
+            self._set_leading(False)  # could not renew within the deadline
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if not leading:
+            self._renewed_at = None
+        log.info(
+            "leadership changed",
+            extra={"lease": self.name, "identity": self.identity, "leader": leading},
+        )
+        if self.on_change is not None:
+            self.on_change(leading)
+
+    async def try_acquire_or_renew(self) -> bool:
+        sent = self.clock()
+        try:
+            lease = await self._api.read_namespaced_lease(self.name, self.namespace)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return await self._create(sent)
+        spec = lease.spec or client.V1LeaseSpec()
+        record = (
+            spec.holder_identity,
+            spec.lease_duration_seconds,
+            spec.renew_time,
+            spec.acquire_time,
+        )
+        if record != self._observed:
+            self._observed = record
+            self._observed_at = sent
+        holder = spec.holder_identity or ""
+        duration = float(spec.lease_duration_seconds or self.lease_duration)
+        if holder and holder != self.identity and sent < self._observed_at + duration:
+            if self._leading:
+                self._set_leading(False)
+            return False
+        now = _now_micro()
+        patch: dict[str, Any] = {
+            "metadata": _precondition(lease),
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": round(self.lease_duration),
+                "renewTime": now,
+            },
+        }
+        if holder != self.identity:
+            patch["spec"]["acquireTime"] = now
+            patch["spec"]["leaseTransitions"] = (spec.lease_transitions or 0) + 1
+        try:
+            # A dict body goes as a strategic merge patch, which for a Lease merges like a
+            # JSON merge patch; the resourceVersion in it is the precondition.
+            await self._api.patch_namespaced_lease(self.name, self.namespace, patch)
+        except client.ApiException as exc:
+            if exc.status in (404, 409):
+                return False  # someone else renewed or took it first
+            raise
+        if holder != self.identity:
+            self.transitions_seen += 1
+        self._renewed_at = sent
+        self._set_leading(True)
+        return True
+
+    async def _create(self, sent: float) -> bool:
+        now = _now_micro()
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+            spec=client.V1LeaseSpec(
+                holder_identity=self.identity,
+                lease_duration_seconds=round(self.lease_duration),
+                acquire_time=now,
+                renew_time=now,
+                lease_transitions=0,
+            ),
+        )
+        try:
+            await self._api.create_namespaced_lease(self.namespace, body)
+        except client.ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        self._renewed_at = sent
+        self._set_leading(True)
+        return True
+
+    async def release(self) -> None:
+        """Give the lease up (only if we hold it), so a standby need not wait it out."""
+        if not self._leading:
+            return
+        self._set_leading(False)
+        lease = await self._api.read_namespaced_lease(self.name, self.namespace)
+        spec = lease.spec or client.V1LeaseSpec()
+        if spec.holder_identity != self.identity:
+            return
+        patch = {
+            "metadata": _precondition(lease),
+            "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": _now_micro()},
+        }
+        await self._api.patch_namespaced_lease(self.name, self.namespace, patch)
+        log.info("lease released", extra={"lease": self.name, "identity": self.identity})
+
+
+def _precondition(lease: client.V1Lease) -> dict[str, str]:
+    rv = lease.metadata.resource_version if lease.metadata else None
+    return {"resourceVersion": rv} if rv else {}

@@ -1,0 +1,126 @@
+"""The reporter's own metrics on ``/metrics`` (default :9849, TLS with the ``--web.tls-*`` flags).
+
+``mco_reporter_last_sync_timestamp_seconds`` feeds the MCOReportStale alert; it only moves on a
+successful sync by the leader, so a stuck or partitioned reporter shows up there.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from rulegen import series
+
+
+class ReporterMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.cycle_seconds = Histogram(
+            "mco_reporter_cycle_duration_seconds",
+            "Wall time of one reporter cycle: query, build, write.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.cycle_cpu = Counter(
+            "mco_reporter_cycle_cpu_seconds_total",
+            "CPU time (user+system) the reporter process spent in cycles.",
+            registry=r,
+        )
+        self.queries = Counter(
+            "mco_reporter_queries_total", "PromQL queries sent to the source.", registry=r
+        )
+        self.answer_bytes = Counter(
+            "mco_reporter_answer_bytes_total", "Bytes of PromQL answers received.", registry=r
+        )
+        self.nodes = Gauge("mco_reporter_nodes", "Nodes in the report.", registry=r)
+        self.stale_nodes = Gauge(
+            "mco_reporter_stale_nodes",
+            "Nodes whose data a reader judges stale now (older than staleAfter).",
+            registry=r,
+        )
+        self.lagging_nodes = Gauge(
+            "mco_reporter_lagging_nodes",
+            "Nodes without a fresh sample at the last sync (aging toward removal).",
+            registry=r,
+        )
+        self.changed_nodes = Counter(
+            "mco_reporter_changed_nodes_total",
+            "Node entries rebuilt, added or removed (changes beyond the epsilon).",
+            registry=r,
+        )
+        self.api_writes = Counter(
+            "mco_reporter_api_writes_total",
+            "Write requests sent to the Kubernetes API, by verb.",
+            ["verb"],
+            registry=r,
+        )
+        self.api_bytes = Counter(
+            "mco_reporter_api_write_bytes_total",
+            "Request body bytes sent to the Kubernetes API.",
+            registry=r,
+        )
+        self.file_bytes = Counter(
+            "mco_reporter_file_write_bytes_total", "Bytes written to --output.", registry=r
+        )
+        self.errors = Counter(
+            "mco_reporter_errors_total",
+            "Errors by kind (source_*, api_*, file_write).",
+            ["kind"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "mco_reporter_leader", "1 while this replica holds the lease and writes.", registry=r
+        )
+        self.last_sync = Gauge(
+            series.REPORTER_LAST_SYNC,
+            "Unix time of the last successful sync (the report's heartbeat).",
+            registry=r,
+        )
+        self.layout = Gauge(
+            "mco_reporter_layout", "1 for the layout in use.", ["layout"], registry=r
+        )
+        self.object_bytes = Gauge(
+            "mco_reporter_largest_object_bytes",
+            "Estimated JSON size of the largest report object.",
+            registry=r,
+        )
+        self.rule_config_mismatch = Gauge(
+            "mco_reporter_rule_config_mismatch",
+            "1 when the source's rules encode another DetectionRuleConfig than this reporter's.",
+            registry=r,
+        )
+        for kind in ("source_unreachable", "source_timeout", "source_error", "source_bad_answer"):
+            self.errors.labels(kind)
+        for verb in ("create", "patch", "delete"):
+            self.api_writes.labels(verb)
+
+    def set_layout(self, layout: str) -> None:
+        for name in ("cluster", "per-node"):
+            self.layout.labels(name).set(1 if name == layout else 0)
+
+    def app(self) -> web.Application:
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(
+                body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            )
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        return app
+
+
+async def serve(
+    metrics: ReporterMetrics, host: str, port: int, ssl_context: ssl.SSLContext | None
+) -> web.AppRunner:
+    runner = web.AppRunner(metrics.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context)
+    await site.start()
+    return runner

@@ -1,0 +1,281 @@
+"""The report across cycles: which entries to keep, rebuild, let age or drop, and the conditions.
+
+The dangerous failure is an error that looks like a quiet node. So:
+
+* A source error changes no entry and does not advance the heartbeat (``lastSyncTime``): every
+  entry ages and goes stale; ``SourceReachable`` says why.
+* A node present in the answer with a fresh sample is *live*: its entry is rebuilt only when a
+  value moves beyond the epsilon (``EntryBuilder.bounds``), and otherwise holds up to the
+  heartbeat. An entry object is replaced, never mutated, so sinks can tell a change by identity.
+* A node without a fresh sample (absent from the answer, or its newest sample older than
+  ``live_within``) loses ``live`` and keeps the time of its last sample, so it ages on its own;
+  once that is older than ``stale_after`` it is removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from operator import le
+from typing import Final, Literal
+
+import msgspec
+
+from reporter.entries import EntryBuilder
+from reporter.promql import SourceError
+from reporter.query import MISSING, Snapshot
+from reporter.schema import Condition, NodeEntry, entry_time, format_time, parse_time
+from rulegen import series
+
+SOURCE_REACHABLE: Final = "SourceReachable"
+SYNCED: Final = "Synced"
+
+
+@dataclass(slots=True)
+class CycleResult:
+    nodes: int = 0
+    changed: int = 0  # entries rebuilt, added or removed this cycle
+    removed: int = 0
+    lagging: int = 0  # entries without a fresh sample (not live)
+    stale: int = 0  # entries a reader judges stale right now (schema.entry_time)
+    rule_hash_mismatch: bool = False
+
+
+@dataclass(slots=True)
+class _Basis:
+    lo: list[float]
+    hi: list[float]
+    sampled: float  # Unix time the entry's sampleTime says
+
+
+@dataclass(slots=True)
+class ReportView:
+    """What the sinks write: the whole report as of the last cycle (shared, read-only)."""
+
+    entries: dict[str, NodeEntry]
+    last_sync_time: str | None
+    rule_config_generation: int | None
+    conditions: list[Condition]
+    at: float  # when the last cycle ran (Unix time)
+    changed_nodes: set[str] = field(default_factory=set)
+
+
+class Tracker:
+    def __init__(
+        self,
+        builder: EntryBuilder,
+        *,
+        stale_after: float,
+        live_within: float,
+        refresh_after: float = 0.0,
+    ) -> None:
+        if stale_after <= 0 or live_within <= 0:
+            raise ValueError("stale_after and live_within must be positive")
+        self.builder = builder
+        self.stale_after = stale_after
+        self.live_within = min(live_within, stale_after)
+        self.refresh_after = refresh_after
+        self.entries: dict[str, NodeEntry] = {}
+        self._basis: dict[str, _Basis] = {}
+        self.last_seen: dict[str, float] = {}
+        self.last_sync: float | None = None
+        self.generation: int | None = None
+        self._conditions: dict[str, Condition] = {}
+        self._times: dict[float, str] = {}
+        self._changed: set[str] = set()
+        self._at = 0.0
+
+    # -----------------------------------------------------------------------------------------
+
+    def apply(self, snap: Snapshot) -> CycleResult:
+        at = snap.at
+        self._at = at
+        self._times = {}
+        result = CycleResult()
+        changed = self._changed = set()
+        builder = self.builder
+        entries = self.entries
+        basis_of = self._basis
+        t_slot = builder.plan.time_slot
+        refresh = self.refresh_after
+        seen: set[str] = set()
+        for node, vector in snap.vectors.items():
+            ts = vector[t_slot]
+            if ts == MISSING or at - ts > self.stale_after:
+                continue  # no usable sample: handled below as absent
+            seen.add(node)
+            self.last_seen[node] = ts
+            live = at - ts <= self.live_within
+            entry = entries.get(node)
+            basis = basis_of.get(node)
+            if entry is not None and basis is not None and entry.live == live:
+                same = all(map(le, basis.lo, vector)) and all(map(le, vector, basis.hi))
+                if not same:
+                    builder.normalize(vector)  # NaN never compares equal: retry once cleaned
+                    same = all(map(le, basis.lo, vector)) and all(map(le, vector, basis.hi))
+                # A live entry holds until the heartbeat; one that is not live must also carry
+                # its newest sample time. --refresh-after rewrites old live entries anyway.
+                due = refresh > 0 and live and ts - basis.sampled > refresh
+                if same and (live or ts == basis.sampled) and not due:
+                    continue
+            builder.normalize(vector)
+            entries[node] = builder.build(vector, self._time(ts), live=live)
+            lo, hi = builder.bounds(vector)
+            basis_of[node] = _Basis(lo, hi, ts)
+            changed.add(node)
+        for node in list(entries):
+            if node in seen:
+                continue
+            last = self.last_seen.get(node, -math.inf)
+            if at - last > self.stale_after:
+                del entries[node]
+                basis_of.pop(node, None)
+                self.last_seen.pop(node, None)
+                changed.add(node)
+                result.removed += 1
+                continue
+            entry = entries[node]
+            if entry.live:
+                entries[node] = msgspec.structs.replace(
+                    entry, live=False, sample_time=self._time(last)
+                )
+                basis = basis_of.get(node)
+                if basis is not None:
+                    basis.sampled = last
+                changed.add(node)
+        self.last_sync = at
+        infos = snap.rules
+        generations = [i.generation for i in infos if i.generation is not None]
+        self.generation = max(generations) if generations else self.generation
+        self._set(SOURCE_REACHABLE, "True", "QuerySucceeded", "", at)
+        if not infos:
+            self._set(
+                SYNCED,
+                "False",
+                "RulesNotLoaded",
+                f"{series.RULE_CONFIG_INFO} is absent at the source: MCO's recording rules "
+                "are not evaluated there, so nodes have no data",
+                at,
+            )
+        else:
+            own = builder.config.config_hash()
+            hashes = sorted({i.hash for i in infos})
+            result.rule_hash_mismatch = hashes != [own]
+            message = ""
+            if result.rule_hash_mismatch:
+                message = (
+                    f"the source evaluates DetectionRuleConfig hash {','.join(hashes)}; this "
+                    f"reporter uses {own} for staleAfter and the hard-constraint limits"
+                )
+            self._set(SYNCED, "True", "UpToDate", message, at)
+        result.changed = len(changed)
+        return self._finish(result, at)
+
+    def fail(self, error: SourceError, at: float) -> CycleResult:
+        """A source error: only the conditions change."""
+        self._at = at
+        self._changed = set()
+        reason = {
+            "source_unreachable": "Unreachable",
+            "source_timeout": "Timeout",
+            "source_error": "QueryFailed",
+            "source_bad_answer": "InvalidAnswer",
+        }.get(error.kind, "Failed")
+        self._set(SOURCE_REACHABLE, "False", reason, error.message, at)
+        self._set(
+            SYNCED,
+            "False",
+            "SourceUnavailable",
+            "entries are left as they were and age; they go stale after staleAfter",
+            at,
+        )
+        return self._finish(CycleResult(), at)
+
+    def _finish(self, result: CycleResult, at: float) -> CycleResult:
+        heartbeat = self.last_sync if self.last_sync is not None else -math.inf
+        horizon = at - self.stale_after
+        stale = lagging = 0
+        fresh_heartbeat = heartbeat >= horizon  # then only entries that are not live can be stale
+        for entry in self.entries.values():
+            if not entry.live:
+                lagging += 1
+            elif fresh_heartbeat:
+                continue
+            if entry_time(entry, heartbeat) < horizon:
+                stale += 1
+        result.nodes = len(self.entries)
+        result.stale = stale
+        result.lagging = lagging
+        return result
+
+    # -----------------------------------------------------------------------------------------
+
+    def view(self) -> ReportView:
+        return ReportView(
+            entries=self.entries,
+            last_sync_time=format_time(self.last_sync) if self.last_sync is not None else None,
+            rule_config_generation=self.generation,
+            conditions=[
+                self._conditions[t] for t in (SOURCE_REACHABLE, SYNCED) if t in self._conditions
+            ],
+            at=self._at,
+            changed_nodes=self._changed,
+        )
+
+    def _time(self, ts: float) -> str:
+        text = self._times.get(ts)
+        if text is None:
+            text = self._times[ts] = format_time(ts)
+        return text
+
+    def _set(
+        self,
+        kind: str,
+        status: Literal["True", "False", "Unknown"],
+        reason: str,
+        message: str,
+        at: float,
+    ) -> None:
+        old = self._conditions.get(kind)
+        if old is not None and (old.status, old.reason, old.message) == (status, reason, message):
+            return
+        transition = (
+            old.last_transition_time
+            if old is not None and old.status == status
+            else format_time(at)
+        )
+        self._conditions[kind] = Condition(
+            type=kind,
+            status=status,
+            last_transition_time=transition,
+            reason=reason,
+            message=message,
+        )
+
+    def with_builder(self, builder: EntryBuilder, stale_after: float, live_within: float) -> None:
+        """A new rule config (limits, thresholds, staleAfter): keep the entries and times, and
+        rebuild every entry at the next sync, so no violation keeps an old limit. A config
+        change therefore costs one write of every node, like a start."""
+        self.builder = builder
+        self.stale_after = stale_after
+        self.live_within = min(live_within, stale_after)
+        self._basis.clear()
+
+    def seed(self, entries: dict[str, NodeEntry]) -> None:
+        """Start from what a sink found already written (a restart, a new leader): unchanged
+        nodes are then not rewritten. Only used before the first cycle."""
+        if self.entries:
+            return
+        builder = self.builder
+        for node, entry in entries.items():
+            sampled = parse_time(entry.sample_time)
+            if not math.isfinite(sampled):
+                continue
+            self.entries[node] = entry
+            self.last_seen[node] = sampled
+            vector = builder.vector_of(entry)
+            # Only an entry this reporter would write from the same values is kept as is; one
+            # written under another config (limits) or --compact setting is rebuilt next sync.
+            if builder.build(list(vector), entry.sample_time, live=entry.live) == entry:
+                lo, hi = builder.bounds(vector)
+                self._basis[node] = _Basis(lo, hi, sampled)

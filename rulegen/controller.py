@@ -1,0 +1,374 @@
+"""``mco-rulegen controller``: DetectionRuleConfig ``default`` -> PrometheusRule, hot.
+
+Watches the one DetectionRuleConfig, validates it with the same model the CRD encodes,
+server-side applies the rendered PrometheusRule (field manager ``mco-rulegen``) and reports the
+verdict in the object's status. A config that fails validation is Rejected and the
+PrometheusRule is not touched, so the last good rules stay in force; Prometheus keeps
+evaluating them whatever happens to this controller or the API server. Every error (API
+unreachable, 5xx, a watch that breaks) is retried with capped exponential backoff; the loop
+never exits on its own.
+
+Conditions: ``Accepted`` (True, reason Valid / False, reason Rejected with the problems) says
+whether the latest generation is valid; ``Applied`` (True, RulesApplied / False, ApplyFailed)
+whether its PrometheusRule is in force. ``status.appliedGeneration`` and
+``status.appliedRulesHash`` name the config the rules in force encode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import aiohttp
+import yaml
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rulegen import model
+from rulegen.render import CONFIG_ACCEPTED_METRIC, render_prometheusrule
+
+log = logging.getLogger("mco.rulegen.controller")
+
+FIELD_MANAGER: Final = "mco-rulegen"
+RULE_GROUP: Final = "monitoring.coreos.com"
+RULE_VERSION: Final = "v1"
+RULE_PLURAL: Final = "prometheusrules"
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "mco-rulegen"}
+MAX_MESSAGE: Final = 32768  # the CRD's maxLength for condition messages
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    rule_name: str = "mco-rules"
+    rule_namespace: str = "monitoring"
+    rule_labels: Mapping[str, str] = field(default_factory=dict)
+    config_name: str = model.DEFAULT_NAME
+    resync_seconds: float = 300.0  # re-read and re-apply, undoing edits to the PrometheusRule
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+
+class ControllerMetrics:
+    """The controller's own series (served on its metrics port)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.accepted = Gauge(
+            CONFIG_ACCEPTED_METRIC,
+            "1 when the latest DetectionRuleConfig generation was accepted, 0 when rejected.",
+            registry=r,
+        )
+        self.observed_generation = Gauge(
+            "mco_rulegen_observed_generation", "Latest generation judged.", registry=r
+        )
+        self.applied_generation = Gauge(
+            "mco_rulegen_applied_generation",
+            "Generation whose PrometheusRule is in force (0: built-in defaults).",
+            registry=r,
+        )
+        self.applies = Counter(
+            "mco_rulegen_applies", "PrometheusRule server-side applies that succeeded.", registry=r
+        )
+        self.rejections = Counter(
+            "mco_rulegen_rejections", "DetectionRuleConfig generations rejected.", registry=r
+        )
+        self.errors = Counter(
+            "mco_rulegen_errors",
+            "Kubernetes API errors, by kind (unreachable, http_<status>, watch).",
+            ["kind"],
+            registry=r,
+        )
+        self.last_apply = Gauge(
+            "mco_rulegen_last_apply_timestamp_seconds",
+            "Unix time of the last successful apply.",
+            registry=r,
+        )
+        self.up = Gauge(
+            "mco_rulegen_api_reachable", "1 while the Kubernetes API answers.", registry=r
+        )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(
+    old: list[dict[str, Any]], kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    text = "True" if status else "False"
+    previous = next((c for c in old if c.get("type") == kind), None)
+    changed = previous is None or previous.get("status") != text
+    return {
+        "type": kind,
+        "status": text,
+        "observedGeneration": generation,
+        "lastTransitionTime": _now() if changed else previous["lastTransitionTime"],  # type: ignore[index]
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+    }
+
+
+def _same_status(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal apart from condition timestamps (so re-judging an object writes nothing)."""
+
+    def strip(s: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in s.items() if k != "conditions"}
+        out["conditions"] = sorted(
+            (
+                {k: v for k, v in c.items() if k != "lastTransitionTime"}
+                for c in s.get("conditions", [])
+            ),
+            key=lambda c: str(c.get("type")),
+        )
+        return out
+
+    return strip(a) == strip(b)
+
+
+class RuleConfigController:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        settings: ControllerSettings | None = None,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self.settings = settings or ControllerSettings()
+        self.metrics = metrics or ControllerMetrics()
+        self._custom = client.CustomObjectsApi(api)
+        # (generation, hash) of the rules this process applied; None before the first apply.
+        self._applied: tuple[int, str] | None = None
+        self.synced = asyncio.Event()  # set after the first successful reconcile (readiness)
+
+    # -- API calls ---------------------------------------------------------------------------
+
+    async def _list_config(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The DetectionRuleConfig (None when absent) and the list's resourceVersion."""
+        listing: dict[str, Any] = await self._custom.list_cluster_custom_object(
+            model.API_GROUP,
+            model.API_VERSION,
+            model.PLURAL,
+            field_selector=f"metadata.name={self.settings.config_name}",
+        )
+        found = None
+        for item in listing.get("items") or []:
+            if (item.get("metadata") or {}).get("name") == self.settings.config_name:
+                found = {"apiVersion": f"{model.API_GROUP}/{model.API_VERSION}", "kind": model.KIND}
+                found.update(item)
+        return found, (listing.get("metadata") or {}).get("resourceVersion")
+
+    async def _apply_rules(self, config: model.DetectionRuleConfig, generation: int) -> None:
+        s = self.settings
+        body = yaml.safe_load(
+            render_prometheusrule(
+                config,
+                name=s.rule_name,
+                namespace=s.rule_namespace,
+                labels={**s.rule_labels, **MANAGED_BY},
+                generation=generation,
+            )
+        )
+        await self._custom.patch_namespaced_custom_object(
+            RULE_GROUP,
+            RULE_VERSION,
+            s.rule_namespace,
+            RULE_PLURAL,
+            s.rule_name,
+            body,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",  # type: ignore[call-arg]  # stubs lack it
+        )
+        changed = self._applied != (generation, config.config_hash())
+        self._applied = (generation, config.config_hash())
+        self.metrics.applies.inc()
+        self.metrics.applied_generation.set(generation)
+        self.metrics.last_apply.set(time.time())
+        log.log(
+            logging.INFO if changed else logging.DEBUG,
+            "PrometheusRule applied",
+            extra={
+                "prometheusrule": f"{s.rule_namespace}/{s.rule_name}",
+                "generation": generation,
+                "hash": config.config_hash(),
+            },
+        )
+
+    async def _write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
+        if _same_status(obj.get("status") or {}, status):
+            return
+        await self._custom.patch_cluster_custom_object_status(
+            model.API_GROUP,
+            model.API_VERSION,
+            model.PLURAL,
+            self.settings.config_name,
+            {"status": status},
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        )
+
+    # -- reconciliation -----------------------------------------------------------------------
+
+    async def reconcile(self, obj: Mapping[str, Any] | None, *, force: bool = False) -> None:
+        """Bring the PrometheusRule and the status in line with ``obj`` (None: it is absent).
+
+        Raises on API errors; the caller retries.
+        """
+        if obj is None:
+            # No DetectionRuleConfig: the built-in defaults (what the chart ships) apply.
+            default = model.DetectionRuleConfig.default()
+            if force or self._applied != (0, default.config_hash()):
+                log.info("no DetectionRuleConfig; applying the built-in defaults")
+                await self._apply_rules(default, 0)
+            self.metrics.accepted.set(1)
+            return
+        generation = int((obj.get("metadata") or {}).get("generation") or 0)
+        old = dict(obj.get("status") or {})
+        conditions = list(old.get("conditions") or [])
+        self.metrics.observed_generation.set(generation)
+        try:
+            config = model.config_from_object(obj)
+        except model.ConfigError as exc:
+            self.metrics.accepted.set(0)
+            if old.get("observedGeneration") != generation:
+                self.metrics.rejections.inc()
+                log.warning(
+                    "DetectionRuleConfig rejected; the last good rules stay in force",
+                    extra={"generation": generation, "problems": exc.problems},
+                )
+            status = {
+                **old,
+                "observedGeneration": generation,
+                "conditions": [
+                    _condition(
+                        conditions,
+                        "Accepted",
+                        False,
+                        "Rejected",
+                        "; ".join(exc.problems),
+                        generation,
+                    ),
+                    *[c for c in conditions if c.get("type") == "Applied"],
+                ],
+            }
+            await self._write_status(obj, status)
+            return
+        self.metrics.accepted.set(1)
+        digest = config.config_hash()
+        accepted = _condition(
+            conditions, "Accepted", True, "Valid", "the spec is valid", generation
+        )
+        if force or self._applied != (generation, digest):
+            try:
+                await self._apply_rules(config, generation)
+            except ApiException as exc:
+                failed = _condition(
+                    conditions,
+                    "Applied",
+                    False,
+                    "ApplyFailed",
+                    f"server-side apply of PrometheusRule {self.settings.rule_namespace}/"
+                    f"{self.settings.rule_name} failed: {exc.status} {exc.reason}",
+                    generation,
+                )
+                with contextlib.suppress(ApiException, aiohttp.ClientError):
+                    await self._write_status(
+                        obj,
+                        {**old, "observedGeneration": generation, "conditions": [accepted, failed]},
+                    )
+                raise
+        applied = _condition(
+            conditions,
+            "Applied",
+            True,
+            "RulesApplied",
+            f"PrometheusRule {self.settings.rule_namespace}/{self.settings.rule_name} encodes "
+            f"generation {generation} (hash {digest})",
+            generation,
+        )
+        await self._write_status(
+            obj,
+            {
+                **old,
+                "observedGeneration": generation,
+                "appliedGeneration": generation,
+                "appliedRulesHash": digest,
+                "conditions": [accepted, applied],
+            },
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _count_error(self, exc: BaseException) -> str:
+        if isinstance(exc, ApiException):
+            kind = f"http_{exc.status}"
+        elif isinstance(exc, aiohttp.ClientConnectionError | OSError):
+            kind = "unreachable"
+            self.metrics.up.set(0)
+        else:
+            kind = "watch"
+        self.metrics.errors.labels(kind).inc()
+        return kind
+
+    async def _watch(self, resource_version: str | None) -> None:
+        """Follow changes since the list until the resync period ends or the stream breaks.
+
+        Watching from the list's resourceVersion means nothing that happened in between is
+        missed (a 410 Gone, when that version is too old, restarts with a fresh list).
+        """
+        w = watch.Watch()
+        since = {"resource_version": resource_version} if resource_version else {}
+        try:
+            async with asyncio.timeout(self.settings.resync_seconds):
+                async for event in w.stream(
+                    self._custom.list_cluster_custom_object,
+                    model.API_GROUP,
+                    model.API_VERSION,
+                    model.PLURAL,
+                    field_selector=f"metadata.name={self.settings.config_name}",
+                    timeout_seconds=max(1, int(self.settings.resync_seconds)),
+                    allow_watch_bookmarks=True,
+                    **since,
+                ):
+                    kind, obj = event.get("type"), event.get("raw_object") or event.get("object")
+                    if kind == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    if kind == "BOOKMARK":
+                        continue
+                    if not isinstance(obj, Mapping):
+                        continue
+                    if (obj.get("metadata") or {}).get("name") != self.settings.config_name:
+                        continue  # servers that ignore the field selector
+                    await self.reconcile(None if kind == "DELETED" else obj)
+        except TimeoutError:
+            pass  # time to resync
+        finally:
+            await w.close()
+
+    async def run(self) -> None:
+        """Reconcile forever: read, apply, watch; on any error back off and start over."""
+        delay = self.settings.backoff_initial
+        while True:
+            try:
+                obj, resource_version = await self._list_config()
+                await self.reconcile(obj, force=True)
+                self.metrics.up.set(1)
+                self.synced.set()
+                delay = self.settings.backoff_initial
+                await self._watch(resource_version)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                kind = self._count_error(exc)
+                log.warning(
+                    "sync failed; the rules in force are unchanged; retrying",
+                    extra={"kind": kind, "err": str(exc) or type(exc).__name__, "retry_in": delay},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.backoff_max)

@@ -1,0 +1,341 @@
+"""The DetectionRuleConfig CRD, generated from the model so schema, defaults and rules match.
+
+Structural schema with a ``default`` on every field (and ``default: {}`` on every object, so an
+empty ``spec`` is filled completely), plus ``x-kubernetes-validations`` (CEL) for what a
+schema cannot say: threshold order by direction, weights not all zero, durations that parse,
+window not shorter than the evaluation interval. ``rulegen.model`` enforces the same rules, so
+a rulegen run outside a cluster rejects what the API server would.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import yaml
+
+from rulegen import model
+from rulegen.durations import MAX_LENGTH as DURATION_MAX_LENGTH
+from rulegen.durations import PATTERN as DURATION_PATTERN
+
+CRD_NAME: Final = f"{model.PLURAL}.{model.API_GROUP}"
+
+
+def _parses(expr: str) -> str:
+    """CEL: ``expr`` is a duration ``duration()`` accepts in Kubernetes (Go) and Prometheus."""
+    return f"{expr} != '' && {expr}.matches(r'{DURATION_PATTERN}')"
+
+
+_DURATION_OK = f"{_parses('self')} && duration(self) > duration('0s')"
+
+_FIELD_HELP: Final[dict[str, str]] = {
+    "window": "Smoothing window of every signal (rate, avg_over_time, histogram rate): "
+    "whole h/m/s, e.g. 10s. Keep it at least 4 scrape intervals.",
+    "evaluationInterval": "How often Prometheus evaluates the recording rules, e.g. 1s.",
+    "detections": "Interference detections, each a weighted max over its signals.",
+    "weight": "Weight of the detection in the interference level (>= 0; 0 records it but "
+    "leaves it out of the level).",
+    "signals": "Thresholds of the detection's signals.",
+    "fallback": "Signals used instead of PSI on nodes where PSI is not available.",
+    "hardConstraints": "Limits that make a node unschedulable while exceeded.",
+    "psiMemoryFullMax": "Max share of time all tasks may stall on memory (PSI memory full); "
+    "0: any full stall in the window violates.",
+    "psiIOSomeMax": "Max share of time some task may stall on I/O (PSI io some); 1 disables.",
+    "report": "How readers of the recorded series (reporter, extender) treat them.",
+    "staleAfter": "Data older than this is stale: the node gets the neutral score.",
+    "neutralScore": "Score (0-100) of a node without fresh data.",
+    "alerts": "Parameters of the bundled alerts.",
+    "exporterSelector": "PromQL label matchers selecting mco-exporter's scrape targets in `up`.",
+    "runbookURL": "Base URL of the runbook; each alert links to its section.",
+    "nodeInterferedLevel": "Interference level at which MCONodeInterfered fires.",
+    "nodeInterferedFor": "How long the level must stay at or above it first.",
+}
+
+
+def _number(default: float, help_text: str, *, maximum: float | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "number",
+        "minimum": 0,
+        "default": default,
+        "description": help_text,
+    }
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
+
+
+def _duration(default: str, help_text: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "maxLength": DURATION_MAX_LENGTH,
+        "default": default,
+        "description": help_text,
+        "x-kubernetes-validations": [
+            {
+                "rule": _DURATION_OK,
+                "message": "must be a duration longer than 0s like 10s, 1m or 1h30m "
+                "(whole hours, minutes and seconds)",
+            }
+        ],
+    }
+
+
+def _object(properties: dict[str, Any], help_text: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "default": {},
+        "description": help_text,
+        "properties": properties,
+        **extra,
+    }
+
+
+def _threshold(signal: model.SignalSpec, default: dict[str, float]) -> dict[str, Any]:
+    if signal.lower_is_worse:
+        rule, order = "self.warn > self.critical", "above"
+        worse = "lower values are worse"
+    else:
+        rule, order = "self.warn < self.critical", "below"
+        worse = "higher values are worse"
+    return _object(
+        {
+            "warn": _number(
+                default["warn"],
+                f"Value ({signal.unit}) at which the signal triggers its detection.",
+                maximum=signal.maximum,
+            ),
+            "critical": _number(
+                default["critical"],
+                f"Value ({signal.unit}) at which the signal's index reaches 1.",
+                maximum=signal.maximum,
+            ),
+        },
+        signal.help,
+        **{
+            "x-kubernetes-validations": [
+                {"rule": rule, "message": f"warn must be {order} critical: {worse}"}
+            ]
+        },
+    )
+
+
+def _detection(key: str, default: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "weight": _number(default["weight"], _FIELD_HELP["weight"]),
+    }
+    for part in ("signals", "fallback"):
+        if part not in default:
+            continue
+        properties[part] = _object(
+            {
+                k: _threshold(model.SIGNALS_BY_KEY[k], threshold)
+                for k, threshold in default[part].items()
+            },
+            _FIELD_HELP[part],
+        )
+    return _object(properties, f"The {key} detection.")
+
+
+def spec_schema() -> dict[str, Any]:
+    d = model.DEFAULT_SPEC
+    detections = _object(
+        {key: _detection(key, d["detections"][key]) for key in model.DETECTION_KEYS},
+        _FIELD_HELP["detections"],
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": " + ".join(f"self.{k}.weight" for k in model.DETECTION_KEYS) + " > 0.0",
+                    "message": "at least one detection needs a weight above 0",
+                }
+            ]
+        },
+    )
+    alerts = d["alerts"]
+    return _object(
+        {
+            "window": _duration(d["window"], _FIELD_HELP["window"]),
+            "evaluationInterval": _duration(
+                d["evaluationInterval"], _FIELD_HELP["evaluationInterval"]
+            ),
+            "detections": detections,
+            "hardConstraints": _object(
+                {
+                    key: _number(value, _FIELD_HELP[key], maximum=1)
+                    for key, value in d["hardConstraints"].items()
+                },
+                _FIELD_HELP["hardConstraints"],
+            ),
+            "report": _object(
+                {
+                    "staleAfter": _duration(d["report"]["staleAfter"], _FIELD_HELP["staleAfter"]),
+                    "neutralScore": _number(
+                        d["report"]["neutralScore"], _FIELD_HELP["neutralScore"], maximum=100
+                    ),
+                },
+                _FIELD_HELP["report"],
+            ),
+            "alerts": _object(
+                {
+                    "exporterSelector": {
+                        "type": "string",
+                        "maxLength": 256,
+                        "default": alerts["exporterSelector"],
+                        "description": _FIELD_HELP["exporterSelector"],
+                        "x-kubernetes-validations": [
+                            {
+                                "rule": f"self.matches(r'{model.SELECTOR_PATTERN}')",
+                                "message": 'must be PromQL label matchers, e.g. job="mco-exporter"',
+                            }
+                        ],
+                    },
+                    "runbookURL": {
+                        "type": "string",
+                        "maxLength": 512,
+                        "default": alerts["runbookURL"],
+                        "description": _FIELD_HELP["runbookURL"],
+                        "x-kubernetes-validations": [
+                            {
+                                "rule": f"self.matches(r'{model.URL_PATTERN}')",
+                                "message": "must be an http(s) URL without spaces, quotes, braces",
+                            }
+                        ],
+                    },
+                    "nodeInterferedLevel": {
+                        **_number(
+                            alerts["nodeInterferedLevel"],
+                            _FIELD_HELP["nodeInterferedLevel"],
+                            maximum=1,
+                        ),
+                        "x-kubernetes-validations": [
+                            {"rule": "self > 0.0", "message": "must be above 0"}
+                        ],
+                    },
+                    "nodeInterferedFor": _duration(
+                        alerts["nodeInterferedFor"], _FIELD_HELP["nodeInterferedFor"]
+                    ),
+                },
+                _FIELD_HELP["alerts"],
+            ),
+        },
+        "The detection model: signal thresholds, detection weights, hard constraints.",
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"!({_parses('self.window')} && {_parses('self.evaluationInterval')})"
+                    " || duration(self.window) >= duration(self.evaluationInterval)",
+                    "message": "window must be at least evaluationInterval",
+                }
+            ]
+        },
+    )
+
+
+def _status_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+        "properties": {
+            "type": {"type": "string", "maxLength": 316},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "reason": {"type": "string", "maxLength": 1024},
+            "message": {"type": "string", "maxLength": 32768},
+        },
+    }
+    return {
+        "type": "object",
+        "description": "Written by mco-rulegen's controller.",
+        "properties": {
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The latest generation the controller has judged.",
+            },
+            "appliedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The generation whose rules are in force (the last good one).",
+            },
+            "appliedRulesHash": {
+                "type": "string",
+                "description": "config_hash of the rules in force; Prometheus exposes it as "
+                "the hash label of mco:rule_config:info.",
+            },
+            "conditions": {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+                "items": condition,
+                "description": "Accepted: the latest generation is valid (False, reason "
+                "Rejected, with the problems). Applied: its PrometheusRule is in force.",
+            },
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    accepted = '.status.conditions[?(@.type=="Accepted")]'
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": model.API_GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": model.KIND,
+                "listKind": f"{model.KIND}List",
+                "plural": model.PLURAL,
+                "singular": model.KIND.lower(),
+                "shortNames": ["drc"],
+            },
+            "versions": [
+                {
+                    "name": model.API_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Accepted", "type": "string", "jsonPath": f"{accepted}.status"},
+                        {"name": "Reason", "type": "string", "jsonPath": f"{accepted}.reason"},
+                        {
+                            "name": "Applied-Generation",
+                            "type": "integer",
+                            "jsonPath": ".status.appliedGeneration",
+                        },
+                        {"name": "Hash", "type": "string", "jsonPath": ".status.appliedRulesHash"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "The detection model MCO's recording rules encode. "
+                            "mco-rulegen reads the one named default.",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": _status_schema(),
+                            },
+                            "x-kubernetes-validations": [
+                                {
+                                    "rule": f"self.metadata.name == '{model.DEFAULT_NAME}'",
+                                    "message": "mco-rulegen reads only the DetectionRuleConfig "
+                                    f"named {model.DEFAULT_NAME}",
+                                }
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = (
+        "# DetectionRuleConfig CRD, generated by rulegen.crd from the detection model.\n"
+        "# Do not edit: run `make generate`.\n"
+    )
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100)

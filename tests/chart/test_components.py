@@ -1,0 +1,177 @@
+"""The chart drives the real components: their parsers accept its arguments, and the scheduler
+configuration it ships is what `mco-extender print-config` prints."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.cli import build_parser as exporter_parser
+from exporter.registry import specs
+from extender import print_config
+from extender.cli import build_parser as extender_parser
+from extender.cli import parse_listen
+from rulegen.model import DetectionRuleConfig
+from tests.chart.helm import merge, render, render_scenario, scenario_values
+
+
+def container(rendered: Any, kind: str, suffix: str) -> dict[str, Any]:
+    obj = rendered.one(kind, suffix)
+    (c,) = obj["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = c
+    return result
+
+
+def test_exporter_accepts_the_chart_arguments() -> None:
+    values = {
+        "exporter": {
+            "collectors": {"perf_llc": False, "biolatency": True},
+            "collectorOptions": {"kata.shim-paths": "/opt/kata/bin/containerd-shim-kata-v2"},
+            "tls": {"enabled": True, "secretName": "s", "clientAuth": True},
+        }
+    }
+    c = container(render(values), "DaemonSet", "-exporter")
+    assert c["command"] == ["mco-exporter"]
+    args = exporter_parser(specs()).parse_args(c["args"])
+    assert (args.procfs, args.sysfs, args.rootfs) == ("/host/proc", "/host/sys", "/host/root")
+    assert args.listen == ":9847"
+    assert args.collector_perf_llc is False and args.collector_biolatency is True
+    assert getattr(args, "option_kata.shim-paths") == "/opt/kata/bin/containerd-shim-kata-v2"
+    assert args.tls_cert_file == "/etc/mco/tls/tls.crt"
+    assert args.tls_client_ca_file == "/etc/mco/tls/ca.crt"
+    mounted = {m["mountPath"] for m in c["volumeMounts"]}
+    assert "/etc/mco/tls" in mounted
+
+
+def test_extender_accepts_the_chart_arguments_and_follows_the_model() -> None:
+    c = container(render_scenario("full"), "Deployment", "-extender")
+    assert c["command"] == ["mco-extender"]
+    args = extender_parser().parse_args(c["args"])
+    assert parse_listen(args.listen)[1] == 9848
+    assert args.workers == 1
+    default = DetectionRuleConfig.default()
+    assert args.stale_after == default.report.stale_after
+    assert args.neutral_score == default.report.neutral_score
+    assert args.report_file is None  # reports come from the Kubernetes API in a cluster
+
+
+def test_extender_tls_arguments() -> None:
+    values = {"extender": {"tls": {"enabled": True, "secretName": "x", "clientAuth": True}}}
+    rendered = render(values)
+    c = container(rendered, "Deployment", "-extender")
+    args = extender_parser().parse_args(c["args"])
+    assert (args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file) == (
+        "/etc/mco/tls/tls.crt",
+        "/etc/mco/tls/tls.key",
+        "/etc/mco/tls/ca.crt",
+    )
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    volumes = rendered.one("Deployment", "-extender")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "x"}} in volumes
+    service = rendered.one("Service", "-extender")
+    assert service["spec"]["ports"][0]["name"] == "https"
+
+
+def test_extender_staleness_follows_a_tuned_detection_rule_config() -> None:
+    values = {
+        "detectionRuleConfig": {"spec": {"report": {"staleAfter": "1m30s", "neutralScore": 40}}}
+    }
+    args = extender_parser().parse_args(
+        container(render(values), "Deployment", "-extender")["args"]
+    )
+    assert (args.stale_after, args.neutral_score) == (90.0, 40.0)
+
+
+def _printed(argv: list[str]) -> Any:
+    out = io.StringIO()
+    assert print_config.main(argv, out=out) == 0
+    return yaml.safe_load(out.getvalue())
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_volcano_configmap_is_what_print_config_prints(tls: bool) -> None:
+    values = merge(
+        scenario_values("existing-volcano"),
+        {
+            "extender": {"tls": {"enabled": tls, "secretName": "x"}},
+            "scheduler": {"volcano": {"httpTimeout": "300ms"}},
+        },
+    )
+    rendered = render(values)
+    data = rendered.one("ConfigMap", "-volcano-scheduler")["data"]
+    scheme = "https" if tls else "http"
+    url = f"{scheme}://mco-extender.mco-system.svc:9848"
+    printed = _printed(["--volcano", "--url", url, "--http-timeout", "300ms"])
+    assert yaml.safe_load(data["extender-tier.yaml"]) == printed
+    whole = yaml.safe_load(data["volcano-scheduler.conf"])
+    assert whole["tiers"][-1:] == printed
+    plugins = [p["name"] for tier in whole["tiers"] for p in tier["plugins"]]
+    assert plugins.count("extender") == 1 and "predicates" in plugins
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_kube_scheduler_configmap_is_what_print_config_prints(tls: bool) -> None:
+    values: dict[str, Any] = {"extender": {"tls": {"enabled": tls, "secretName": "x"}}}
+    if tls:
+        values["scheduler"] = {
+            "kubeScheduler": {"clientCertFile": "/c.pem", "clientKeyFile": "/k.pem"}
+        }
+    data = render(values).one("ConfigMap", "-kube-scheduler")["data"]
+    scheme = "https" if tls else "http"
+    argv = ["--kube-scheduler", "--url", f"{scheme}://mco-extender.mco-system.svc:9848"]
+    if tls:
+        argv += ["--client-cert-file", "/c.pem", "--client-key-file", "/k.pem"]
+    assert yaml.safe_load(data["kube-scheduler-config.yaml"]) == _printed(argv)
+
+
+def test_reporter_accepts_the_chart_arguments() -> None:
+    from reporter.cli import build_parser as reporter_parser
+
+    values = {"reporter": {"layout": "per-node", "compact": True, "interval": "2s"}}
+    c = container(render(values), "Deployment", "-reporter")
+    assert c["command"] == ["mco-reporter"]
+    args = reporter_parser().parse_args(c["args"])
+    assert args.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert (args.interval, args.layout, args.compact) == (2.0, "per-node", True)
+    assert args.leader_elect is True
+    assert args.leader_elect_lease_name == "mco-reporter"
+    assert args.leader_elect_namespace == "$(POD_NAMESPACE)"  # expanded by the kubelet
+    assert args.leader_elect_identity == "$(POD_NAME)"
+    assert args.listen == ":9849"
+    assert args.output is None  # writes through the Kubernetes API
+    env = {e["name"] for e in c["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env
+    # The Lease the reporter renews is the one its Role lets it renew.
+    role = render(values).one("Role", "-reporter")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named[0]["resourceNames"] == [args.leader_elect_lease_name]
+
+
+def test_rulegen_controller_accepts_the_chart_arguments() -> None:
+    from rulegen.cli import build_parser as rulegen_parser
+
+    rendered = render_scenario("full")
+    c = container(rendered, "Deployment", "-rulegen")
+    args = rulegen_parser().parse_args(c["args"])
+    assert args.command == "controller"
+    rule = rendered.one("PrometheusRule")
+    assert args.prometheusrule_name == rule["metadata"]["name"]
+    assert args.prometheusrule_namespace == "$(POD_NAMESPACE)"
+    labels = dict(pair.split("=", 1) for pair in args.prometheusrule_label)
+    # The controller's PrometheusRule keeps the labels Prometheus selects it by.
+    assert labels == {"release": "kube-prometheus-stack"}
+    assert labels.items() <= rule["metadata"]["labels"].items()
+    assert args.listen == ":9850"
+    role = rendered.one("Role", "-rulegen")
+    assert any(rule["metadata"]["name"] in r.get("resourceNames", []) for r in role["rules"])
+
+
+@pytest.mark.parametrize("component", ["exporter", "reporter", "rulegen", "extender"])
+def test_log_flags_reach_every_component(component: str) -> None:
+    rendered = render({"log": {"level": "debug", "format": "logfmt"}})
+    kind = "DaemonSet" if component == "exporter" else "Deployment"
+    args = container(rendered, kind, f"-{component}")["args"]
+    assert "--log.level=debug" in args and "--log.format=logfmt" in args

@@ -1,0 +1,118 @@
+"""Each scenario installs what it promises and nothing it rules out."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chart.helm import SCENARIOS, merge, render, render_scenario, scenario_values
+
+DASHBOARDS = {
+    "ConfigMap/mco-dashboard-cluster-overview",
+    "ConfigMap/mco-dashboard-node-detail",
+    "ConfigMap/mco-dashboard-pipeline-health",
+}
+KATA_CLASSES = {f"RuntimeClass/kata-{h}" for h in ("qemu", "clh", "fc", "dragonball")}
+EXPORTER = {"DaemonSet/mco-exporter", "Service/mco-exporter", "ServiceMonitor/mco-exporter"}
+RULES = {"PrometheusRule/mco-rules", "DetectionRuleConfig/default"}
+REPORTER = {
+    "Deployment/mco-reporter",
+    "ServiceAccount/mco-reporter",
+    "ClusterRole/mco-reporter",
+    "Role/mco-reporter",
+    "PodDisruptionBudget/mco-reporter",
+    "ServiceMonitor/mco-reporter",
+}
+RULEGEN = {"Deployment/mco-rulegen", "ClusterRole/mco-rulegen", "Role/mco-rulegen"}
+EXTENDER = {
+    "Deployment/mco-extender",
+    "Service/mco-extender",
+    "ClusterRole/mco-extender",
+    "PodDisruptionBudget/mco-extender",
+    "ServiceMonitor/mco-extender",
+}
+VOLCANO = {"ConfigMap/mco-volcano-scheduler"}
+KUBE_SCHEDULER = {"ConfigMap/mco-kube-scheduler"}
+KATA_DEPLOY = {"DaemonSet/mco-kata-deploy", "ClusterRole/mco-kata-deploy"}
+
+EXPECTED: dict[str, tuple[set[str], set[str]]] = {
+    # scenario: (must be installed, must not be installed)
+    "full": (
+        EXPORTER
+        | RULES
+        | REPORTER
+        | RULEGEN
+        | EXTENDER
+        | VOLCANO
+        | KUBE_SCHEDULER
+        | DASHBOARDS
+        | KATA_CLASSES,
+        KATA_DEPLOY,
+    ),
+    "kata-only": (
+        KATA_CLASSES | KATA_DEPLOY,
+        EXPORTER | RULES | REPORTER | RULEGEN | EXTENDER | VOLCANO | KUBE_SCHEDULER | DASHBOARDS,
+    ),
+    "collect-analyze": (
+        EXPORTER | RULES | REPORTER | RULEGEN | DASHBOARDS,
+        EXTENDER | VOLCANO | KUBE_SCHEDULER | KATA_CLASSES | KATA_DEPLOY,
+    ),
+    "existing-volcano": (
+        EXPORTER | RULES | REPORTER | RULEGEN | EXTENDER | VOLCANO | DASHBOARDS,
+        KUBE_SCHEDULER | KATA_CLASSES | KATA_DEPLOY,
+    ),
+}
+
+
+def installed(scenario: str, **overrides: object) -> set[str]:
+    values = merge(scenario_values(scenario), dict(overrides))
+    return {f"{o['kind']}/{o['metadata']['name']}" for o in render(values).objects}
+
+
+def test_every_scenario_has_expectations() -> None:
+    assert set(EXPECTED) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_installs_what_it_promises(scenario: str) -> None:
+    present, absent = EXPECTED[scenario]
+    objects = installed(scenario)
+    assert present <= objects, f"missing: {sorted(present - objects)}"
+    assert not (absent & objects), f"unexpected: {sorted(absent & objects)}"
+
+
+def test_kata_deploy_is_opt_in_for_full() -> None:
+    assert installed("full", kata={"deploy": {"enabled": True}}) >= KATA_DEPLOY
+
+
+def test_kata_only_installs_no_workload_besides_kata_deploy() -> None:
+    objects = render_scenario("kata-only").objects
+    workloads = {o["metadata"]["name"] for o in objects if o["kind"] in ("Deployment", "DaemonSet")}
+    assert workloads == {"mco-kata-deploy"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_without_the_prometheus_operator_no_operator_objects(scenario: str) -> None:
+    rendered = render_scenario(scenario, monitoring=False)
+    assert not rendered.kinds() & {"ServiceMonitor", "PrometheusRule"}
+    if scenario != "kata-only":
+        assert "does not serve monitoring.coreos.com/v1" in rendered.notes
+
+
+def test_defaults_equal_full_without_its_example_labels() -> None:
+    """values.yaml alone is the full scenario (the scenario only adds the release label)."""
+    full = render_scenario("full")
+    default = render(
+        merge({}, {"monitoring": {"additionalLabels": {"release": "kube-prometheus-stack"}}})
+    )
+    assert sorted(map(str, full.objects)) == sorted(map(str, default.objects))
+
+
+@pytest.mark.parametrize("component", ["exporter", "reporter", "rulegen", "extender"])
+def test_each_component_can_be_turned_off_alone(component: str) -> None:
+    on = installed("full")
+    off = installed("full", **{component: {"enabled": False}})
+    removed = on - off
+    # The scheduler ConfigMaps point at the extender's Service: they go with it.
+    follows = VOLCANO | KUBE_SCHEDULER if component == "extender" else set()
+    assert removed, component
+    assert all(component in name for name in removed - follows), sorted(removed)

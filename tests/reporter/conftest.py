@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import pytest_asyncio
+import yaml
+from kubernetes_asyncio import client
+
+from reporter.crd import CRD_PATH
+from scripts.generate import ROOT
+from tests.reporter.kapi import VersionedKubernetes, versioned_kubernetes
+
+
+@pytest_asyncio.fixture
+async def kapi() -> AsyncIterator[VersionedKubernetes]:
+    async with versioned_kubernetes() as k:
+        yield k
+
+
+@pytest_asyncio.fixture
+async def api_client(kapi: VersionedKubernetes) -> AsyncIterator[client.ApiClient]:
+    cfg = client.Configuration(host=str(kapi.url).rstrip("/"))
+    async with client.ApiClient(configuration=cfg) as api:
+        yield api
+
+
+def crd_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the checked-in CRD file (what a cluster would enforce)."""
+    doc = yaml.safe_load((ROOT / CRD_PATH).read_text())
+    schema: dict[str, Any] = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+FORMATS = jsonschema.FormatChecker()
+
+
+@FORMATS.checks("date-time")  # type: ignore[untyped-decorator]
+def _date_time(value: object) -> bool:
+    """RFC 3339, as the API server checks ``format: date-time`` (jsonschema needs an extra
+    package for it)."""
+    return not isinstance(value, str) or bool(_RFC3339.match(value))
+
+
+def validate_object(obj: Any) -> None:
+    """Raise when ``obj`` would be rejected by the CRD's schema (JSON round trip first, as an
+    API server sees it)."""
+    data = json.loads(json.dumps(obj))
+    jsonschema.validate(data, crd_schema(), format_checker=FORMATS)
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "secret-token-do-not-log"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "kmock", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path

@@ -1,0 +1,63 @@
+"""A PromQL HTTP endpoint answering the reporter's three queries from a mutable fleet, for the
+API-path tests (leader election, CLI). The numbers-equal-PromQL tests use a real Prometheus."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from reporter.query import Kind, Plan
+from scripts.procs import free_port
+from tests.reporter.helpers import answers, ok
+
+
+@dataclass
+class FakeProm:
+    nodes: dict[str, dict[tuple[Kind, str], float]] = field(default_factory=dict)
+    down: bool = False
+    queries: int = 0
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if self.down:
+            return web.json_response(
+                {"status": "error", "errorType": "unavailable", "error": "fake outage"}, status=503
+            )
+        self.queries += 1
+        form = await request.post()
+        query, at = str(form["query"]), float(str(form["time"]))
+        plan = Plan(compact=False)
+        recorded, extra, info = answers(plan, self.nodes, {n: at - 0.5 for n in self.nodes})
+        if query == plan.info_expr:
+            return web.json_response(ok(info))
+        if query.startswith("{__name__"):
+            compact = Plan(compact=True)
+            if query == compact.recorded_expr:
+                recorded, _, _ = answers(compact, _only(compact, self.nodes), {})
+            return web.json_response(ok(recorded))
+        return web.json_response(ok(extra))
+
+
+def _only(
+    plan: Plan, nodes: dict[str, dict[tuple[Kind, str], float]]
+) -> dict[str, dict[tuple[Kind, str], float]]:
+    keep = {(s.kind, s.key) for s in plan.slots}
+    return {n: {k: v for k, v in values.items() if k in keep} for n, values in nodes.items()}
+
+
+@asynccontextmanager
+async def fake_prometheus() -> AsyncIterator[FakeProm]:
+    prom = FakeProm()
+    app = web.Application()
+    app.router.add_post("/api/v1/query", prom.handle)
+    server = TestServer(app, host="127.0.0.1", port=free_port())
+    await server.start_server()
+    prom.url = f"http://127.0.0.1:{server.port}"
+    try:
+        yield prom
+    finally:
+        await server.close()

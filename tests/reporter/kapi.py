@@ -1,0 +1,128 @@
+"""kmock's Kubernetes emulator with the two things the reporter's tests need that kmock lacks.
+
+* resourceVersion semantics: every create/patch bumps a global counter into
+  ``metadata.resourceVersion``; a patch whose body names another resourceVersion fails with 409
+  and changes nothing (a real API server's optimistic concurrency). kmock otherwise has none.
+* Faults: ``fail(verb, status, times=1, name=...)`` answers the next matching requests with an
+  error *before* touching the stored objects, so a failed write really did not happen.
+
+It still does not validate objects against the CRD schema: the tests do that with jsonschema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import attrs
+import kmock
+from kmock._internal import enums, rendering
+from kmock._internal.k8s import KubernetesError
+
+from reporter.schema import GROUP, PLURAL, VERSION
+
+REPORTS = kmock.resource(GROUP, VERSION, PLURAL)
+LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
+
+
+@dataclass
+class Fault:
+    action: str  # create | update | delete | fetch | list
+    status: int
+    times: int
+    name: str | None = None
+    subresource: str | None = "*"
+
+
+@attrs.define(kw_only=True)
+class VersionedKubernetes(kmock.KubernetesEmulator):
+    _rv: int = 0
+    _faults: list[Fault] = attrs.field(factory=list)
+    delay: float = 0.0  # seconds added to every request (a slow API server)
+
+    def fail(
+        self,
+        action: str,
+        status: int,
+        *,
+        times: int = 1,
+        name: str | None = None,
+        subresource: str | None = "*",
+    ) -> None:
+        self._faults.append(Fault(action, status, times, name, subresource))
+
+    def _fault(self, request: rendering.Request) -> Fault | None:
+        action = request.action.value.lower() if request.action is not None else ""
+        for fault in self._faults:
+            if fault.times <= 0 or fault.action != action:
+                continue
+            if fault.name is not None and fault.name != request.name:
+                continue
+            if fault.subresource != "*" and fault.subresource != request.subresource:
+                continue
+            fault.times -= 1
+            return fault
+        return None
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if request.resource is not None:
+            fault = self._fault(request)
+            if fault is not None:
+                raise KubernetesError(
+                    status=fault.status, reason="Injected", message=f"injected {fault.status}"
+                )
+            if request.action in (enums.action.CREATE, enums.action.UPDATE) and isinstance(
+                request.data, dict
+            ):
+                meta = request.data.setdefault("metadata", {})
+                if request.action == enums.action.UPDATE:
+                    key = (request.resource, request.namespace, request.name or "")
+                    stored = self.objects[key] if key in self.objects else None  # noqa: SIM401
+                    if stored is not None and not stored.deleted:
+                        want = meta.get("resourceVersion")
+                        have = stored.get("metadata", {}).get("resourceVersion")
+                        if want is not None and want != have:
+                            raise KubernetesError(
+                                status=409,
+                                reason="Conflict",
+                                message="the object has been modified",
+                            )
+                else:
+                    meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    )
+                    if request.subresource is None:
+                        request.data.pop("status", None)  # a real server ignores it on create
+                self._rv += 1
+                meta["resourceVersion"] = str(self._rv)
+        return await super()._handle(request)
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """Every stored NodeInterferenceReport, by name (raw JSON)."""
+        out = {}
+        for (resource, _ns, name), obj in self.objects.items():
+            if resource == REPORTS and not obj.deleted:
+                out[name] = obj.raw
+        return out
+
+    def lease(self, name: str, namespace: str) -> dict[str, Any] | None:
+        key = (LEASES, namespace, name)
+        if key in self.objects and not self.objects[key].deleted:
+            return self.objects[key].raw
+        return None
+
+
+@contextlib.asynccontextmanager
+async def versioned_kubernetes() -> AsyncIterator[VersionedKubernetes]:
+    async with VersionedKubernetes(strict=False) as k, kmock.Server(k):
+        k.resources[REPORTS] = kmock.ResourceInfo(
+            kind="NodeInterferenceReport", namespaced=False, subresources={"status"}
+        )
+        k.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True)
+        yield k

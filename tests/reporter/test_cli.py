@@ -1,0 +1,259 @@
+"""``mco-reporter``: flags, --once exit codes and messages, both sinks, the metrics endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import trustme
+
+from reporter.cli import build_parser, duration, run
+from reporter.query import Kind, Plan
+from rulegen import series
+from scripts.procs import free_port
+from tests.reporter.conftest import validate_object, write_kubeconfig
+from tests.reporter.fakeprom import fake_prometheus
+from tests.reporter.helpers import quiet_values
+
+PLAN = Plan(compact=False)
+
+
+async def once(*argv: str) -> int:
+    return await run(build_parser().parse_args(["--once", *argv]))
+
+
+def test_durations() -> None:
+    assert duration("250ms") == 0.25 and duration("2m") == 120 and duration("1.5") == 1.5
+    with pytest.raises(Exception, match="duration"):
+        duration("soon")
+
+
+@pytest.mark.parametrize(
+    "argv,text",
+    [
+        (["--prometheus-url=ftp://x", "--output=-"], "http(s) URL"),
+        (["--prometheus-url=http://x", "--prometheus-cert-file=c", "--output=-"], "cert and a key"),
+        (
+            [
+                "--prometheus-url=http://x",
+                "--prometheus-bearer-token-file=t",
+                "--prometheus-basic-auth-user=u",
+                "--output=-",
+            ],
+            "either a bearer token or basic auth",
+        ),
+        (
+            ["--prometheus-url=http://x", "--web.tls-cert-file=c", "--output=-"],
+            "both a certificate and a key",
+        ),
+        (
+            ["--prometheus-url=http://x", "--rule-config=/nonexistent.yaml", "--output=-"],
+            "--rule-config",
+        ),
+    ],
+)
+async def test_bad_flags_exit_2_with_the_reason(argv, text, capsys) -> None:
+    assert await once(*argv) == 2
+    assert text in capsys.readouterr().err
+
+
+async def test_once_writes_the_report_file(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": quiet_values(PLAN), "b": quiet_values(PLAN)}
+        assert await once(f"--prometheus-url={prom.url}", f"--output={out}") == 0
+        assert prom.queries == 3  # one cycle: three queries
+    obj = json.loads(out.read_text())
+    validate_object(obj)
+    assert set(obj["status"]["nodes"]) == {"a", "b"}
+    assert {c["type"]: c["status"] for c in obj["status"]["conditions"]} == {
+        "SourceReachable": "True",
+        "Synced": "True",
+    }
+
+
+async def test_once_fails_clearly_and_keeps_the_entries_when_the_source_is_down(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "report.json"
+    async with fake_prometheus() as prom:
+        values = quiet_values(PLAN)
+        values[(Kind.LEVEL, "")] = 0.42
+        prom.nodes = {"a": values}
+        assert await once(f"--prometheus-url={prom.url}", f"--output={out}") == 0
+        before = json.loads(out.read_text())["status"]["nodes"]["a"]
+        prom.down = True
+        assert await once(f"--prometheus-url={prom.url}", f"--output={out}") == 1
+    err = capsys.readouterr().err
+    assert "PromQL source failed (source_error)" in err and "fake outage" in err
+    obj = json.loads(out.read_text())
+    validate_object(obj)
+    after = obj["status"]["nodes"]["a"]
+    assert after == before  # same values, same sample time: it ages, never zeros
+    reachable = next(c for c in obj["status"]["conditions"] if c["type"] == "SourceReachable")
+    assert reachable["status"] == "False" and "fake outage" in reachable["message"]
+    port = free_port()
+    assert (
+        await once(
+            f"--prometheus-url=http://127.0.0.1:{port}", "--output=-", "--prometheus-timeout=2s"
+        )
+        == 1
+    )
+    assert "source_unreachable" in capsys.readouterr().err
+
+
+async def test_once_writes_to_the_kubernetes_api(kapi, tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kapi.url).rstrip("/"))
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": quiet_values(PLAN)}
+        code = await once(f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}", "--compact")
+    assert code == 0
+    report = kapi.reports()["cluster"]
+    validate_object(report)
+    assert "signals" not in report["status"]["nodes"]["a"]
+    # The API token from the kubeconfig reached the API server, and nowhere else.
+    auth = {r.headers.get("Authorization") for r in kapi}
+    assert auth == {"Bearer secret-token-do-not-log"}
+
+
+async def test_once_fails_when_the_api_refuses(kapi, tmp_path: Path, capsys) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kapi.url).rstrip("/"))
+    kapi.fail("update", 403, times=10)
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": quiet_values(PLAN)}
+        code = await once(f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}")
+    assert code == 1
+    assert "Kubernetes API write failed: forbidden" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+async def test_service_mode_serves_metrics_over_tls_and_logs_no_secret(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file, ca_file = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    ca.cert_pem.write_to_path(str(ca_file))
+    token = tmp_path / "token"
+    token.write_text("prom-token-SECRET")
+    out = tmp_path / "report.json"
+    port = free_port()
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": quiet_values(PLAN), "b": quiet_values(PLAN)}
+        log = tmp_path / "reporter.log"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "reporter",
+                f"--prometheus-url={prom.url}",
+                f"--prometheus-bearer-token-file={token}",
+                "--prometheus-header=X-Scope-OrgID: team-a",
+                f"--output={out}",
+                "--interval=200ms",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--web.tls-cert-file={cert_file}",
+                f"--web.tls-key-file={key_file}",
+                "--log.level=debug",
+            ],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            text = ""
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                with contextlib.suppress(requests.RequestException):
+                    text = await asyncio.to_thread(
+                        lambda: (
+                            requests.get(
+                                f"https://127.0.0.1:{port}/metrics", verify=str(ca_file), timeout=2
+                            ).text
+                        )
+                    )
+                    if "mco_reporter_nodes 2.0" in text:
+                        break
+            for needed in (
+                "mco_reporter_cycle_duration_seconds_bucket",
+                "mco_reporter_nodes 2.0",
+                "mco_reporter_stale_nodes 0.0",
+                "mco_reporter_leader 1.0",
+                'mco_reporter_errors_total{kind="source_unreachable"} 0.0',
+                "mco_reporter_file_write_bytes_total",
+                f"{series.REPORTER_LAST_SYNC} ",
+                'mco_reporter_layout{layout="cluster"} 1.0',
+            ):
+                assert needed in text, needed
+            await asyncio.sleep(0.8)
+            text = await asyncio.to_thread(
+                lambda: (
+                    requests.get(
+                        f"https://127.0.0.1:{port}/metrics", verify=str(ca_file), timeout=2
+                    ).text
+                )
+            )
+            match = re.search(r"^mco_reporter_queries_total (\S+)$", text, re.M)
+            assert match is not None
+            queries = float(match.group(1))
+            assert queries >= 6 and queries % 3 == 0  # it keeps cycling, three queries a cycle
+            with pytest.raises(requests.exceptions.SSLError):
+                requests.get(f"https://127.0.0.1:{port}/metrics", timeout=2)  # not our CA
+            prom.down = True
+            await asyncio.sleep(1.0)
+            text = await asyncio.to_thread(
+                lambda: (
+                    requests.get(
+                        f"https://127.0.0.1:{port}/metrics", verify=str(ca_file), timeout=2
+                    ).text
+                )
+            )
+            assert 'mco_reporter_errors_total{kind="source_error"}' in text
+            assert 'mco_reporter_errors_total{kind="source_error"} 0.0' not in text
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 10)
+    assert proc.returncode == 0
+    logged = log.read_text()
+    assert "prom-token-SECRET" not in logged and "team-a" not in logged
+
+
+async def test_a_new_rule_config_applies_its_limits_after_a_restart(tmp_path: Path) -> None:
+    import yaml
+
+    from rulegen.model import DetectionRuleConfig
+
+    def config(io_max: float) -> str:
+        obj = DetectionRuleConfig.default().to_object()
+        obj["spec"]["hardConstraints"]["psiIOSomeMax"] = io_max
+        return yaml.safe_dump(obj)
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(config(0.7))
+    out = tmp_path / "report.json"
+    values = quiet_values(PLAN)
+    values[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    values[(Kind.SIGNAL, "psiIOSome")] = 0.75
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": values}
+        argv = [f"--prometheus-url={prom.url}", f"--output={out}", f"--rule-config={rules}"]
+        assert await once(*argv) == 0
+        (violation,) = json.loads(out.read_text())["status"]["nodes"]["a"]["violations"]
+        assert violation == {"constraint": "psi_io_some", "value": 0.75, "limit": 0.7}
+        # A restart under a new config: the entry read back from the file is rebuilt.
+        rules.write_text(config(0.6))
+        os.utime(rules, ns=(1, 10**18))
+        assert await once(*argv) == 0
+        (violation,) = json.loads(out.read_text())["status"]["nodes"]["a"]["violations"]
+        assert violation["limit"] == 0.6

@@ -1,0 +1,122 @@
+"""The generated CRD: structural, useful columns, and it accepts every object the reporter writes
+(and rejects bad ones, so the validation is not vacuous)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate
+import msgspec
+import pytest
+import yaml
+
+from reporter.crd import CRD_PATH, crd, render_crd
+from reporter.entries import EntryBuilder, Epsilon
+from reporter.layout import whole_objects
+from reporter.promql import UNREACHABLE, SourceError
+from reporter.query import Kind, Plan
+from reporter.tracker import Tracker
+from rulegen.model import DetectionRuleConfig
+from scripts.generate import ROOT
+from tests.reporter.conftest import crd_schema, validate_object
+from tests.reporter.helpers import T0, quiet_values, snapshot
+
+
+def test_checked_in_crd_is_the_generated_one_and_valid_for_kubernetes() -> None:
+    assert (ROOT / CRD_PATH).read_text() == render_crd()
+    kubernetes_validate.validate(yaml.safe_load(render_crd()), "1.30", strict=True)
+
+
+def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = [(path, schema)]
+    for key, sub in schema.get("properties", {}).items():
+        out += _walk(sub, f"{path}.{key}")
+    if isinstance(schema.get("additionalProperties"), dict):
+        out += _walk(schema["additionalProperties"], f"{path}.*")
+    if isinstance(schema.get("items"), dict):
+        out += _walk(schema["items"], f"{path}[]")
+    return out
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type; no $ref, anyOf, nullable or defaults (apiextensions rules)."""
+    for path, node in _walk(crd_schema()):
+        assert "type" in node, path
+        for banned in ("$ref", "anyOf", "oneOf", "nullable", "default", "$defs"):
+            assert banned not in node, (path, banned)
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+
+
+def test_status_subresource_and_printer_columns() -> None:
+    version = crd()["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Level"] == ".status.nodes.*.level"
+    assert columns["Score"] == ".status.nodes.*.score"
+    assert columns["Schedulable"] == ".status.nodes.*.schedulable"
+    assert columns["Last Sync"] == ".status.lastSyncTime"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+    assert crd()["spec"]["scope"] == "Cluster"
+
+
+def _objects(compact: bool, layout: str, fail: bool = False) -> list[Any]:
+    plan = Plan(compact=compact)
+    t = Tracker(
+        EntryBuilder(plan, DetectionRuleConfig.default(), Epsilon()), stale_after=30, live_within=5
+    )
+    hot = quiet_values(plan)
+    hot[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    hot[(Kind.SIGNAL, "psiIOSome")] = 0.9
+    hot[(Kind.TRIGGERED, "io_congestion")] = 1.0
+    hot[(Kind.LEVEL, "")] = 1.0
+    hot[(Kind.SCORE, "")] = 0.0
+    t.apply(
+        snapshot(
+            plan,
+            {
+                "quiet": quiet_values(plan),
+                "hot": hot,
+                "empty": {(Kind.FALLBACK, ""): 0.0},
+                "cluster": quiet_values(plan),
+            },
+            T0,
+        )
+    )
+    t.apply(snapshot(plan, {"quiet": quiet_values(plan)}, T0 + 1))  # two nodes lose `live`
+    if fail:
+        t.fail(SourceError(UNREACHABLE, "down"), T0 + 2)
+    return [msgspec.to_builtins(o) for o in whole_objects(t.view(), layout)]
+
+
+@pytest.mark.parametrize("compact", [False, True])
+@pytest.mark.parametrize("layout", ["cluster", "per-node"])
+@pytest.mark.parametrize("fail", [False, True])
+def test_every_written_object_validates(compact: bool, layout: str, fail: bool) -> None:
+    objects = _objects(compact, layout, fail)
+    assert len(objects) == (1 if layout == "cluster" else 4)  # `cluster` node stays in `cluster`
+    for obj in objects:
+        validate_object(obj)
+
+
+def test_validation_rejects_what_a_cluster_would_reject() -> None:
+    good = _objects(False, "cluster")[0]
+    mutations: list[Callable[[Any], Any]] = [
+        lambda o: o["status"]["nodes"]["hot"].__setitem__("level", 1.5),
+        lambda o: o["status"]["nodes"]["hot"].__setitem__("score", "high"),
+        lambda o: o["status"]["nodes"]["hot"].pop("sampleTime"),
+        lambda o: o["status"]["nodes"]["hot"]["detections"]["io_congestion"].__setitem__(
+            "index", -0.1
+        ),
+        lambda o: o["status"]["conditions"][0].__setitem__("status", "Maybe"),
+        lambda o: o["status"].__setitem__("lastSyncTime", "yesterday"),
+        lambda o: o["status"]["nodes"]["hot"]["signals"].__setitem__("psiIOSome", None),
+    ]
+    for mutate in mutations:
+        bad = copy.deepcopy(good)
+        mutate(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            validate_object(bad)

@@ -1,0 +1,127 @@
+"""Two real ``mco-reporter`` processes against kmock: only the leader writes; killing it (SIGKILL,
+no release) hands the report to the standby within the lease duration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reporter.query import Plan
+from reporter.schema import parse_time
+from tests.reporter.conftest import validate_object, write_kubeconfig
+from tests.reporter.fakeprom import fake_prometheus
+from tests.reporter.helpers import quiet_values
+from tests.reporter.kapi import REPORTS
+
+LEASE = [
+    "--leader-elect-lease-duration=3s",
+    "--leader-elect-renew-deadline=2s",
+    "--leader-elect-retry-period=0.5s",
+]
+
+
+def start(identity: str, prom_url: str, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reporter",
+            f"--prometheus-url={prom_url}",
+            f"--kubeconfig={kubeconfig}",
+            "--interval=0.25s",
+            f"--leader-elect-identity={identity}",
+            "--leader-elect-namespace=mco",
+            "--web.listen-address=",
+            *LEASE,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+async def until(check: Any, timeout: float, what: str) -> float:
+    start_at = time.monotonic()
+    while time.monotonic() - start_at < timeout:
+        if check():
+            return time.monotonic() - start_at
+        await asyncio.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def writers(kapi: Any) -> set[str]:
+    """Identities (from the User-Agent) of the processes that wrote reports."""
+    agents = {
+        r.headers.get("User-Agent", "")
+        for r in kapi
+        if r.resource == REPORTS and r.method.value in ("POST", "PATCH", "DELETE")
+    }
+    return {a.partition("(")[2].rstrip(")") for a in agents}
+
+
+def holder(kapi: Any) -> str | None:
+    lease = kapi.lease("mco-reporter", "mco")
+    return lease["spec"].get("holderIdentity") if lease else None
+
+
+@pytest.mark.slow
+async def test_standby_takes_over_when_the_leader_is_killed(kapi, tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kapi.url).rstrip("/"))
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    async with fake_prometheus() as prom:
+        prom.nodes = {
+            "a": quiet_values(Plan(compact=False)),
+            "b": quiet_values(Plan(compact=False)),
+        }
+        try:
+            for name in ("r1", "r2"):
+                procs[name] = start(name, prom.url, kubeconfig, tmp_path / f"{name}.log")
+            await until(lambda: holder(kapi) in procs, 20, "a leader")
+            leader = holder(kapi)
+            assert leader is not None
+            standby = next(n for n in procs if n != leader)
+            await until(lambda: "cluster" in kapi.reports(), 10, "the report")
+            await asyncio.sleep(1.0)
+            assert writers(kapi) == {leader}  # the standby wrote nothing
+            before = kapi.reports()["cluster"]["status"]["lastSyncTime"]
+            procs[leader].send_signal(signal.SIGKILL)
+            await until(lambda: procs[leader].poll() is not None, 5, "the kill")
+            killed = time.monotonic()
+            await until(lambda: holder(kapi) == standby, 10, "the standby to take the lease")
+            took = time.monotonic() - killed
+            assert took <= 3.0 + 0.5 + 1.0  # lease duration + a retry period + slack
+            # The new leader writes: the heartbeat moves again.
+            await until(
+                lambda: (
+                    parse_time(kapi.reports()["cluster"]["status"]["lastSyncTime"])
+                    > parse_time(before) + 1
+                ),
+                10,
+                "a heartbeat from the new leader",
+            )
+            for obj in kapi.reports().values():
+                validate_object(obj)
+            assert writers(kapi) == {leader, standby}
+        finally:
+            # Wait without blocking the loop: kmock serves from it, and a stopping reporter
+            # releases its lease through it.
+            for p in procs.values():
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            for p in procs.values():
+                with contextlib.suppress(TimeoutError):
+                    await until(lambda p=p: p.poll() is not None, 10, "exit")
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+    for name in procs:
+        log = (tmp_path / f"{name}.log").read_text()
+        assert "secret-token-do-not-log" not in log

@@ -1,0 +1,259 @@
+"""The PromQL client against a real HTTP(S) server: auth, headers, TLS, and every failure kind.
+Secrets must never appear in an error message (they end up in logs and in the report)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import trustme
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from reporter.promql import (
+    BAD_ANSWER,
+    QUERY_FAILED,
+    TIMEOUT,
+    UNREACHABLE,
+    PromQLClient,
+    SourceConfig,
+    SourceError,
+    safe_url,
+)
+from reporter.query import Kind, Plan, fetch
+from scripts.procs import free_port
+from tests.reporter.helpers import T0, answers, ok, quiet_values, slot_of
+
+Handler = Callable[[web.Request], Any]
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[Callable[..., Any]]:
+    servers: list[TestServer] = []
+
+    async def start(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> TestServer:
+        app = web.Application()
+        app.router.add_route("*", "/prom/api/v1/query", handler)
+        srv = TestServer(
+            app, host="127.0.0.1", port=free_port(), scheme="https" if ssl_context else "http"
+        )
+        await srv.start_server(ssl=ssl_context)
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        await srv.close()
+
+
+def url_of(srv: TestServer) -> str:
+    return f"{srv.scheme}://127.0.0.1:{srv.port}/prom"
+
+
+async def test_posts_the_query_at_the_given_time_with_auth_and_headers(
+    server, tmp_path: Path
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        form = await request.post()
+        seen.append(
+            {"headers": dict(request.headers), "form": dict(form), "method": request.method}
+        )
+        return web.json_response(ok([]))
+
+    srv = await server(handler)
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    cfg = SourceConfig(
+        url_of(srv), bearer_token_file=str(token), headers={"X-Scope-OrgID": "team-a"}
+    )
+    async with PromQLClient(cfg) as client:
+        await client.query("up", T0, dict)
+        token.write_text("rotated-token-longer\n")  # a projected token is rotated in place
+        await client.query("up", T0 + 1, dict)
+    assert seen[0]["method"] == "POST"
+    assert seen[0]["form"] == {"query": "up", "time": f"{T0:.3f}"}
+    assert seen[0]["headers"]["Authorization"] == "Bearer first-token"
+    assert seen[1]["headers"]["Authorization"] == "Bearer rotated-token-longer"
+    assert seen[0]["headers"]["X-Scope-OrgID"] == "team-a"
+
+
+async def test_basic_auth_from_a_password_file_and_from_the_url(server, tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response(ok([]))
+
+    srv = await server(handler)
+    password = tmp_path / "password"
+    password.write_text("s3cret")
+    cfg = SourceConfig(url_of(srv), basic_auth_user="mco", basic_auth_password_file=str(password))
+    async with PromQLClient(cfg) as client:
+        await client.query("up", T0, dict)
+    in_url = url_of(srv).replace("http://", "http://viewer:pa55@")
+    async with PromQLClient(SourceConfig(in_url)) as client:
+        await client.query("up", T0, dict)
+        assert "pa55" not in client.where
+    import base64
+
+    assert seen == [
+        "Basic " + base64.b64encode(b"mco:s3cret").decode(),
+        "Basic " + base64.b64encode(b"viewer:pa55").decode(),
+    ]
+
+
+async def test_tls_with_a_private_ca_and_a_client_certificate(server, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1")
+    client_cert = ca.issue_cert("mco-reporter")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_cert.configure_cert(ctx)
+    ca.configure_trust(ctx)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    seen: list[Any] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.transport.get_extra_info("peercert") if request.transport else None)
+        return web.json_response(ok([]))
+
+    srv = await server(handler, ctx)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    client_cert.cert_chain_pems[0].write_to_path(str(cert))
+    client_cert.private_key_pem.write_to_path(str(key))
+    cfg = SourceConfig(url_of(srv), ca_file=str(ca_file), cert_file=str(cert), key_file=str(key))
+    async with PromQLClient(cfg) as client:
+        await client.query("up", T0, dict)
+    assert seen and seen[0] is not None  # the server saw our certificate
+    # Without the CA the server is not trusted: a clear "unreachable" with the reason.
+    async with PromQLClient(SourceConfig(url_of(srv))) as client:
+        with pytest.raises(SourceError) as err:
+            await client.query("up", T0, dict)
+    assert err.value.kind == UNREACHABLE and "certificate" in err.value.message.lower()
+
+
+async def test_timeout_refused_error_answers_and_garbage(server) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.json_response(ok([]))
+
+    async def error(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"},
+            status=400,
+        )
+
+    async def bad_gateway(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="<html>Bad Gateway</html>")
+
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text="{not json")
+
+    async def matrix(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": []}}
+        )
+
+    cases = [
+        (slow, TIMEOUT, "within 0.3s"),
+        (error, QUERY_FAILED, "bad_data: parse error at char 3"),
+        (bad_gateway, QUERY_FAILED, "HTTP 502: <html>Bad Gateway</html>"),
+        (garbage, BAD_ANSWER, "invalid answer"),
+        (matrix, BAD_ANSWER, "matrix"),
+    ]
+    for handler, kind, text in cases:
+        srv = await server(handler)
+        async with PromQLClient(SourceConfig(url_of(srv), timeout=0.3)) as client:
+            with pytest.raises(SourceError) as err:
+                await client.query("up", T0, dict)
+        assert err.value.kind == kind, handler
+        assert text in err.value.message
+    async with PromQLClient(SourceConfig(f"http://127.0.0.1:{free_port()}", timeout=2)) as client:
+        with pytest.raises(SourceError) as err:
+            await client.query("up", T0, dict)
+    assert err.value.kind == UNREACHABLE
+
+
+async def test_secrets_never_reach_messages(server, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("tok-SECRET-123")
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=401, text=f"denied for {request.headers['Authorization'][:3]}")
+
+    srv = await server(handler)
+    url = url_of(srv).replace("http://", "http://user:PASS-SECRET@") + "?apikey=QUERY-SECRET"
+    for cfg in (SourceConfig(url_of(srv), bearer_token_file=str(token)), SourceConfig(url)):
+        async with PromQLClient(cfg) as client:
+            with pytest.raises(SourceError) as err:
+                await client.query("up", T0, dict)
+        for secret in ("tok-SECRET-123", "PASS-SECRET", "QUERY-SECRET"):
+            assert secret not in err.value.message
+            assert secret not in client.where
+    assert safe_url("https://u:p@prom.example:9090/x?token=t#f") == "https://prom.example:9090/x"
+    missing = SourceConfig(url_of(srv), bearer_token_file=str(tmp_path / "nope"))
+    async with PromQLClient(missing) as client:
+        with pytest.raises(SourceError, match=r"cannot read .*nope"):
+            await client.query("up", T0, dict)
+
+
+def test_bad_configs_are_refused() -> None:
+    for cfg, text in (
+        (SourceConfig("ftp://x"), "http"),
+        (SourceConfig("http://x", bearer_token_file="t", basic_auth_user="u"), "either"),
+        (SourceConfig("http://x", cert_file="c"), "both"),
+        (SourceConfig("http://x", headers={"Authorization": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", timeout=0), "positive"),
+    ):
+        with pytest.raises(ValueError, match=text):
+            cfg.validate()
+
+
+async def test_fetch_runs_three_queries_at_one_time_and_reads_infinities(server) -> None:
+    """Go spells +Inf "+Inf", which msgspec's float parser does not take: still decoded."""
+    plan = Plan(compact=False)
+    values = quiet_values(plan)
+    values[(Kind.SIGNAL, "blockIOLatencyP99Seconds")] = float("inf")
+    recorded, extra, info = answers(plan, {"a": values}, {"a": T0 - 1})
+    by_query = dict(zip(plan.exprs, (recorded, extra, info), strict=True))
+    seen: list[tuple[str, str]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        form = await request.post()
+        seen.append((str(form["query"]), str(form["time"])))
+        return web.json_response(ok(by_query[str(form["query"])]))
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv))) as client:
+        snap = await fetch(client, plan, T0)
+    assert sorted(q for q, _ in seen) == sorted(plan.exprs)
+    assert {t for _, t in seen} == {f"{T0:.3f}"}
+    v = snap.vectors["a"]
+    assert v[slot_of(plan, Kind.SIGNAL, "blockIOLatencyP99Seconds")] == float("inf")
+    assert v[slot_of(plan, Kind.LEVEL)] == 0.1 and v[plan.time_slot] == T0 - 1
+    assert snap.rules[0].generation == 3
+
+
+async def test_one_failing_query_fails_the_cycle(server) -> None:
+    plan = Plan(compact=False)
+
+    async def handler(request: web.Request) -> web.Response:
+        form = await request.post()
+        if form["query"] == plan.info_expr:
+            return web.json_response(
+                {"status": "error", "errorType": "timeout", "error": "query timed out"}, status=503
+            )
+        return web.json_response(ok([]))
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv))) as client:
+        with pytest.raises(SourceError, match="query timed out"):
+            await fetch(client, plan, T0)

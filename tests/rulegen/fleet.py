@@ -1,0 +1,300 @@
+"""A synthetic fleet: one HTTP target serving many nodes' raw mco-exporter series.
+
+Every counter grows linearly with the sample timestamp it is exposed with, so ``rate()`` over
+any window is exactly its slope in any PromQL engine (Prometheus extrapolates, MetricsQL does
+not: both give the slope), and gauges are constant. That makes the recorded values known in
+advance (``expected_inputs``) and lets two engines be compared sample for sample. Each series
+carries its own ``node`` label (the target sets none, so the label survives the scrape).
+
+Run as ``python -m tests.rulegen.fleet --port P --nodes N [--profiles a,b]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# The exporter's buckets: 2^k microseconds, k = 3..23.
+BUCKETS = tuple(2**k / 1e6 for k in range(3, 24))
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    base: float
+    slope: float = 0.0  # per second; 0 for gauges
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    series: tuple[Series, ...]
+
+
+def _s(name: str, base: float, slope: float = 0.0, **labels: str) -> Series:
+    return Series(name, tuple(sorted(labels.items())), base, slope)
+
+
+def _psi(
+    cpu: float, io_some: float, io_full: float, mem_some: float, mem_full: float
+) -> list[Series]:
+    out = [_s("mco_pressure_available", 1)]
+    for (resource, kind), slope in {
+        ("cpu", "some"): cpu,
+        ("io", "some"): io_some,
+        ("io", "full"): io_full,
+        ("memory", "some"): mem_some,
+        ("memory", "full"): mem_full,
+    }.items():
+        out.append(
+            _s("mco_pressure_stalled_seconds_total", 100, slope, resource=resource, kind=kind)
+        )
+    return out
+
+
+def _histogram(device: str, operation: str, rate: float, spread: Sequence[float]) -> list[Series]:
+    """``rate`` requests/s with cumulative shares ``spread`` per bucket (then all)."""
+    out = []
+    for i, bound in enumerate(BUCKETS):
+        share = spread[i] if i < len(spread) else 1.0
+        out.append(
+            _s(
+                "mco_block_io_latency_seconds_bucket",
+                0,
+                rate * share,
+                device=device,
+                operation=operation,
+                le=repr(bound),
+            )
+        )
+    out.append(
+        _s(
+            "mco_block_io_latency_seconds_bucket",
+            0,
+            rate,
+            device=device,
+            operation=operation,
+            le="+Inf",
+        )
+    )
+    out.append(
+        _s("mco_block_io_latency_seconds_count", 0, rate, device=device, operation=operation)
+    )
+    out.append(
+        _s("mco_block_io_latency_seconds_sum", 0, rate * 0.001, device=device, operation=operation)
+    )
+    return out
+
+
+def _disk(device: str, seconds_per_s: float, completed_per_s: float) -> list[Series]:
+    return [
+        _s("mco_block_io_time_seconds_total", 50, seconds_per_s, device=device),
+        _s("mco_block_io_completed_total", 5000, completed_per_s, device=device),
+    ]
+
+
+def _memory(available_ratio: float, total: float = 64 * 2**30) -> list[Series]:
+    return [
+        _s("mco_memory_available_bytes", available_ratio * total),
+        _s("mco_memory_total_bytes", total),
+    ]
+
+
+def _common(cpus: int) -> list[Series]:
+    out = [_s("mco_cpu_online", cpus)]
+    for collector in ("cpu", "diskstats", "meminfo", "pressure", "vmstat", "perf_llc", "resctrl"):
+        out.append(_s("mco_exporter_collector_success", 1, collector=collector))
+    return out
+
+
+# Cumulative shares over BUCKETS (8us, 16us, ... 8.4s): fast SSD, congested disk.
+FAST = (0, 0, 0, 0, 0.05, 0.3, 0.7, 0.9, 0.97, 0.995, 0.999)
+SLOW = (0, 0, 0, 0, 0, 0, 0, 0.01, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.93, 0.97, 0.99)
+
+PROFILES: dict[str, Profile] = {
+    # The common case, and the benchmark's: everything a bare-metal node exports.
+    "typical": Profile(
+        "typical",
+        tuple(
+            _common(64)
+            + _psi(0.02, 0.03, 0.01, 0.002, 0.0)
+            + [_s("mco_llc_references_total", 1e9, 2e8), _s("mco_llc_misses_total", 1e8, 5e7)]
+            + _histogram("nvme0n1", "read", 800, FAST)
+            + _histogram("nvme0n1", "write", 300, FAST)
+            + _disk("nvme0n1", 0.3, 1100)
+            + _memory(0.6)
+            + [
+                _s("mco_vmstat_pgscan_by_type_total", 0, 10, type="anon"),
+                _s("mco_vmstat_pgscan_by_type_total", 0, 200, type="file"),
+                _s("mco_vmstat_pgscan_total", 0, 150, reclaimer="kswapd"),
+                _s("mco_vmstat_pgscan_total", 0, 60, reclaimer="direct"),
+                _s("mco_cpu_steal_seconds_total", 10, 0.32),
+                _s("mco_runqueue_wait_seconds_total", 10, 4.0),
+            ]
+        ),
+    ),
+    "idle": Profile(
+        "idle",
+        tuple(
+            _common(4)
+            + _psi(0, 0, 0, 0, 0)
+            + [_s("mco_llc_references_total", 1e6), _s("mco_llc_misses_total", 1e5)]
+            + _histogram("vda", "read", 0, FAST)
+            + _disk("vda", 0, 0)
+            + _memory(0.9)
+            + [
+                _s("mco_vmstat_pgscan_by_type_total", 0, 0, type="anon"),
+                _s("mco_vmstat_pgscan_by_type_total", 0, 0, type="file"),
+                _s("mco_cpu_steal_seconds_total", 3),
+            ]
+        ),
+    ),
+    # Interfered: slow second disk, I/O and memory stalls, LLC thrashing, steal.
+    "busy": Profile(
+        "busy",
+        tuple(
+            _common(16)
+            + _psi(0.3, 0.25, 0.15, 0.04, 0.0)
+            + [_s("mco_llc_references_total", 0, 3e8), _s("mco_llc_misses_total", 0, 1.9e8)]
+            + _histogram("nvme0n1", "read", 500, FAST)
+            + _histogram("sdb", "read", 40, SLOW)
+            + _histogram("sdb", "write", 60, SLOW)
+            + _disk("sdb", 20.0, 100)
+            + _memory(0.03)
+            + [
+                _s("mco_vmstat_pgscan_by_type_total", 0, 90000, type="file"),
+                _s("mco_cpu_steal_seconds_total", 0, 1.6),
+                _s("mco_runqueue_wait_seconds_total", 0, 6.0),
+            ]
+        ),
+    ),
+    # No PMU, no eBPF: diskstats of the worst device; hard constraints violated.
+    "hot": Profile(
+        "hot",
+        tuple(
+            _common(8)
+            + _psi(0.5, 0.7, 0.6, 0.3, 0.02)
+            + _disk("vda", 0.4, 40)
+            + _disk("vdb", 3.0, 20)
+            + _disk("vdc", 0, 0)
+            + _memory(0.4)
+            + [
+                _s("mco_vmstat_pgscan_by_type_total", 0, 0, type="anon"),
+                _s("mco_vmstat_pgscan_by_type_total", 0, 0, type="file"),
+                _s("mco_cpu_steal_seconds_total", 0, 0),
+            ]
+        ),
+    ),
+    # Kernel without PSI: memory from MemAvailable and by-reclaimer page scans.
+    "nopsi": Profile(
+        "nopsi",
+        tuple(
+            [
+                *_common(8),
+                _s("mco_pressure_available", 0),
+                _s("mco_llc_references_total", 0, 100000000.0),
+                _s("mco_llc_misses_total", 0, 20000000.0),
+                *_disk("sda", 0.02, 100),
+                *_memory(0.1),
+                _s("mco_vmstat_pgscan_total", 0, 30000, reclaimer="kswapd"),
+                _s("mco_vmstat_pgscan_total", 0, 4000, reclaimer="direct"),
+                _s("mco_cpu_steal_seconds_total", 0, 0.1),
+            ]
+        ),
+    ),
+    # Pressure collector off: fallback; by-type scans win over by-reclaimer.
+    "scan": Profile(
+        "scan",
+        tuple(
+            [
+                _s("mco_cpu_online", 2),
+                *_memory(0.5),
+                _s("mco_vmstat_pgscan_by_type_total", 0, 20000, type="anon"),
+                _s("mco_vmstat_pgscan_by_type_total", 0, 50000, type="file"),
+                _s("mco_vmstat_pgscan_total", 0, 100, reclaimer="kswapd"),
+            ]
+        ),
+    ),
+    # Only a weight-0 detection has data: no level.
+    "cpuonly": Profile(
+        "cpuonly",
+        (_s("mco_cpu_online", 4), _s("mco_cpu_steal_seconds_total", 0, 0.6)),
+    ),
+}
+
+
+def node_names(count: int) -> list[str]:
+    return [f"node-{i:05d}" for i in range(count)]
+
+
+def assign(nodes: Sequence[str], profiles: Sequence[str]) -> dict[str, Profile]:
+    return {n: PROFILES[p] for n, p in zip(nodes, itertools.cycle(profiles), strict=False)}
+
+
+def _prefix(series: Series, node: str) -> str:
+    labels = [("node", node), *series.labels]
+    inner = ",".join(f'{k}="{v}"' for k, v in labels)
+    return f"{series.name}{{{inner}}} "
+
+
+class Fleet:
+    """The exposition text of every node at a given time (milliseconds)."""
+
+    def __init__(self, assignment: dict[str, Profile], start_ms: int | None = None) -> None:
+        self.start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
+        self._lines: list[tuple[str, float, float]] = []
+        for node, profile in assignment.items():
+            self._lines.append(
+                (f'mco_node_info{{node="{node}",nodename="{node}",kernel="6.1"}} ', 1.0, 0.0)
+            )
+            for s in profile.series:
+                self._lines.append((_prefix(s, node), s.base, s.slope))
+
+    @property
+    def series_count(self) -> int:
+        return len(self._lines)
+
+    def render(self, now_ms: int) -> bytes:
+        elapsed = (now_ms - self.start_ms) / 1000
+        suffix = f" {now_ms}\n"
+        return "".join(f"{p}{b + s * elapsed!r}{suffix}" for p, b, s in self._lines).encode()
+
+
+def serve(fleet: Fleet, host: str, port: int) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = fleet.render(int(time.time() * 1000))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    ThreadingHTTPServer((host, port), Handler).serve_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fleet")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--nodes", type=int, default=len(PROFILES))
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--start-ms", type=int, default=None)
+    args = parser.parse_args(argv)
+    fleet = Fleet(assign(node_names(args.nodes), args.profiles.split(",")), args.start_ms)
+    print(f"serving {fleet.series_count} series on {args.host}:{args.port}", flush=True)
+    serve(fleet, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""``mco-rulegen render``: the checked-in rules, both formats, clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from rulegen.cli import main
+from rulegen.generate import RULES_PATH
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
+
+
+def test_render_defaults_is_the_checked_in_rule_file(capsys):
+    assert main(["render"]) == 0
+    assert capsys.readouterr().out == (ROOT / RULES_PATH).read_text()
+
+
+def test_render_prometheusrule_to_a_file(tmp_path):
+    out = tmp_path / "rule.yaml"
+    code = main(
+        [
+            "render",
+            f"--config={CONFIG}",
+            "--format=prometheusrule",
+            f"-o={out}",
+            "--generation=7",
+            "--name=mco",
+            "--namespace=obs",
+            "--label=release=kps",
+        ]
+    )
+    assert code == 0
+    rule = yaml.safe_load(out.read_text())
+    assert rule["metadata"] == {
+        "name": "mco",
+        "namespace": "obs",
+        "labels": {"release": "kps"},
+        "annotations": {
+            "mco.io/rule-config-generation": "7",
+            "mco.io/rule-config-hash": rule["spec"]["groups"][0]["rules"][0]["labels"]["hash"],
+        },
+    }
+    info = rule["spec"]["groups"][0]["rules"][0]
+    assert info["record"] == "mco:rule_config:info" and info["labels"]["generation"] == "7"
+
+
+def test_render_rejects_a_bad_config_with_its_path(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        CONFIG.read_text().replace("warn: 0.25, critical: 0.75}", "warn: 0.9, critical: 0.75}", 1)
+    )
+    assert main(["render", f"--config={bad}"]) == 1
+    err = capsys.readouterr().err
+    path = "spec.detections.cachePollution.signals.llcMissRatio"
+    assert f"{bad}: {path}: warn (0.9) must be below critical (0.75)" in err
+
+
+def test_render_reports_unwritable_output(capsys):
+    assert main(["render", "-o=/nonexistent-dir/rules.yaml"]) == 1
+    assert "cannot write /nonexistent-dir/rules.yaml" in capsys.readouterr().err
+
+
+def test_render_rejects_bad_names_and_labels(capsys):
+    assert main(["render", "--format=prometheusrule", "--name=Not_Valid"]) == 1
+    assert "DNS-1123" in capsys.readouterr().err
+    assert main(["render", "--format=prometheusrule", "--label=novalue"]) == 1
+    assert "expected key=value" in capsys.readouterr().err
+
+
+def test_console_script_entry_point_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "rulegen", "render", "--format=rules"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["groups"][0]["name"] == "mco.rules"

@@ -1,0 +1,434 @@
+"""The hot-update controller against kmock (an aiohttp emulation of the Kubernetes API).
+
+kmock stores objects and streams watch events but has no server-side apply and does not
+validate; ``Cluster`` adds create-on-apply (what kube-apiserver does for an apply PATCH of an
+absent object) and injectable 503s, and every object the controller writes is judged against
+the CRD with tests/rulegen/crd_validation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import ssl
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import kmock
+import pytest
+import trustme
+import yaml
+from kubernetes_asyncio import client
+
+from rulegen.controller import FIELD_MANAGER, ControllerSettings, RuleConfigController
+from rulegen.crd import crd
+from rulegen.model import DetectionRuleConfig, config_from_object
+from rulegen.render import render_prometheusrule
+from scripts.procs import free_port
+from tests.rulegen.crd_validation import api_server_errors
+
+ROOT = Path(__file__).resolve().parents[2]
+DRC = kmock.resource("mco.io", "v1alpha1", "detectionruleconfigs")
+RULES = kmock.resource("monitoring.coreos.com", "v1", "prometheusrules")
+DRC_PATH = "/apis/mco.io/v1alpha1/detectionruleconfigs"
+RULE_PATH = "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheusrules/mco-rules"
+
+
+@attrs.define(kw_only=True)
+class Cluster(kmock.KubernetesEmulator):
+    failing: set[str] = attrs.field(factory=set)  # path fragments answered 503 (not GETs)
+    applies: list[dict[str, Any]] = attrs.field(factory=list)  # every apply PATCH seen
+
+    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # The Python clients send watch=True; kube-apiserver parses bools with
+        # strconv.ParseBool, kmock only recognises "true".
+        if raw.query.get("watch") == "True":
+            raw = raw.clone(rel_url=raw.rel_url.update_query(watch="true"))
+        return await super().__call__(raw)
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if request.method != "GET" and any(f in request.url.path for f in self.failing):
+            return aiohttp.web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": 503,
+                    "reason": "ServiceUnavailable",
+                    "message": "injected",
+                },
+                status=503,
+            )
+        content_type = request.headers.get("Content-Type", "")
+        if request.method == "PATCH" and content_type == "application/apply-patch+yaml":
+            self.applies.append(
+                {"path": request.url.path, "params": dict(request.params), "body": request.data}
+            )
+            assert request.resource is not None and request.name is not None
+            key = (request.resource, request.namespace, request.name)
+            async with self._lock:
+                if key not in self._objects or self._objects[key].deleted:
+                    self._objects[key] = request.data
+                    raw = self._objects[key].raw
+                    await self._buses[request.resource].put({"type": "ADDED", "object": raw})
+                    return aiohttp.web.json_response(raw, status=201)
+        return await super()._handle(request)
+
+
+def drc(spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "mco.io/v1alpha1",
+        "kind": "DetectionRuleConfig",
+        "metadata": {"name": "default", "generation": generation},
+        "spec": spec,
+    }
+
+
+GOOD = {"window": "20s", "detections": {"ioCongestion": {"weight": 2}}}
+BAD = {"detections": {"ioCongestion": {"signals": {"psiIOSome": {"warn": 0.9, "critical": 0.2}}}}}
+BETTER = {"window": "30s"}  # merged into GOOD by kmock: still valid
+
+
+async def eventually(
+    check: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except (KeyError, TypeError, IndexError):
+            pass
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def watching(cluster: Cluster) -> None:
+    """Wait until a watch is open (kmock has no resourceVersions to close the list-watch gap)."""
+    await eventually(lambda: any(r.params.get("watch") == "true" for r in cluster), what="a watch")
+    await asyncio.sleep(0.1)
+
+
+def status(cluster: Cluster) -> dict[str, Any]:
+    return dict(cluster.objects[DRC, None, "default"].raw.get("status") or {})
+
+
+def condition(cluster: Cluster, kind: str) -> dict[str, Any]:
+    return next(c for c in status(cluster)["conditions"] if c["type"] == kind)
+
+
+def rule(cluster: Cluster) -> dict[str, Any]:
+    return dict(cluster.objects[RULES, "monitoring", "mco-rules"].raw)
+
+
+def expected_rule(spec: dict[str, Any], generation: int) -> dict[str, Any]:
+    config = config_from_object(drc(spec, generation))
+    rendered: dict[str, Any] = yaml.safe_load(
+        render_prometheusrule(
+            config,
+            name="mco-rules",
+            namespace="monitoring",
+            labels={"release": "kps", "app.kubernetes.io/managed-by": "mco-rulegen"},
+            generation=generation,
+        )
+    )
+    return rendered
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    async with Cluster() as k:
+        k.resources["mco.io/v1alpha1/detectionruleconfigs"] = kmock.ResourceInfo()
+        k.resources["monitoring.coreos.com/v1/prometheusrules"] = kmock.ResourceInfo()
+        yield k
+
+
+SETTINGS = ControllerSettings(
+    rule_labels={"release": "kps"}, backoff_initial=0.05, backoff_max=0.2, resync_seconds=300
+)
+
+
+@pytest.fixture
+async def running_controller(
+    cluster: Cluster,
+) -> AsyncIterator[tuple[Cluster, RuleConfigController]]:
+    async with kmock.Server(cluster) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+        controller = RuleConfigController(api, SETTINGS)
+        task = asyncio.create_task(controller.run())
+        try:
+            yield cluster, controller
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await api.close()
+
+
+async def test_valid_config_is_applied_with_server_side_apply(running_controller):
+    cluster, controller = running_controller
+    await cluster.post(DRC_PATH, json=drc(GOOD))
+    digest = config_from_object(drc(GOOD)).config_hash()
+    await eventually(lambda: status(cluster).get("appliedRulesHash") == digest, what="applied")
+
+    assert rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"]
+    assert rule(cluster)["metadata"]["labels"]["release"] == "kps"
+    last = cluster.applies[-1]
+    assert last["path"] == RULE_PATH
+    # kubernetes_asyncio spells the bool "True"; the API server parses it with strconv.ParseBool.
+    assert last["params"]["fieldManager"] == FIELD_MANAGER
+    assert last["params"]["force"] in ("true", "True")
+    s = status(cluster)
+    assert s["observedGeneration"] == 1 and s["appliedGeneration"] == 1
+    assert condition(cluster, "Accepted")["status"] == "True"
+    assert condition(cluster, "Applied")["status"] == "True"
+    assert condition(cluster, "Applied")["reason"] == "RulesApplied"
+    # What the controller wrote is a valid object for the API server (status schema included).
+    assert api_server_errors(crd(), cluster.objects[DRC, None, "default"].raw) == []
+    assert controller.metrics.accepted._value.get() == 1
+
+
+async def test_bad_update_is_rejected_and_the_last_good_rules_stay(running_controller):
+    cluster, controller = running_controller
+    await cluster.post(DRC_PATH, json=drc(GOOD))
+    good_hash = config_from_object(drc(GOOD)).config_hash()
+    await eventually(lambda: status(cluster).get("appliedRulesHash") == good_hash, what="applied")
+    applies_before = len(cluster.applies)
+    rule_before = rule(cluster)
+
+    await cluster.patch(f"{DRC_PATH}/default", json={"metadata": {"generation": 2}, "spec": BAD})
+    await eventually(lambda: status(cluster).get("observedGeneration") == 2, what="judged")
+    accepted = condition(cluster, "Accepted")
+    assert accepted["status"] == "False" and accepted["reason"] == "Rejected"
+    assert (
+        "spec.detections.ioCongestion.signals.psiIOSome: warn (0.9) must be below critical (0.2)"
+        in accepted["message"]
+    )
+    assert accepted["observedGeneration"] == 2
+    # The rules in force and the status that names them are the last good ones.
+    await asyncio.sleep(0.3)
+    assert len(cluster.applies) == applies_before
+    assert rule(cluster) == rule_before
+    s = status(cluster)
+    assert (s["appliedGeneration"], s["appliedRulesHash"]) == (1, good_hash)
+    assert condition(cluster, "Applied")["status"] == "True"
+    assert controller.metrics.accepted._value.get() == 0
+    assert controller.metrics.rejections._value.get() == 1
+
+    # A good edit after the bad one is applied (kmock merges patches, like a merge patch).
+    fixed = {
+        "detections": {"ioCongestion": {"signals": {"psiIOSome": {"warn": 0.1, "critical": 0.2}}}}
+    }
+    await cluster.patch(f"{DRC_PATH}/default", json={"metadata": {"generation": 3}, "spec": fixed})
+    await eventually(lambda: status(cluster).get("appliedGeneration") == 3, what="gen 3 applied")
+    stored = cluster.objects[DRC, None, "default"].raw
+    assert stored["spec"]["detections"]["ioCongestion"]["signals"]["psiIOSome"]["warn"] == 0.1
+    assert (
+        status(cluster)["appliedRulesHash"] == config_from_object(stored).config_hash() != good_hash
+    )
+    assert rule(cluster)["spec"] == expected_rule(stored["spec"], 3)["spec"]
+    assert condition(cluster, "Accepted")["status"] == "True"
+    assert controller.metrics.accepted._value.get() == 1
+
+
+async def test_failed_apply_is_reported_and_retried(running_controller):
+    cluster, controller = running_controller
+    cluster.failing.add("/prometheusrules/")
+    await cluster.post(DRC_PATH, json=drc(GOOD))
+    await eventually(
+        lambda: condition(cluster, "Applied")["reason"] == "ApplyFailed", what="ApplyFailed"
+    )
+    applied = condition(cluster, "Applied")
+    assert applied["status"] == "False" and "503" in applied["message"]
+    assert "appliedRulesHash" not in status(cluster)
+    assert condition(cluster, "Accepted")["status"] == "True"
+    await eventually(
+        lambda: controller.metrics.errors.labels("http_503")._value.get() >= 2, what="retries"
+    )
+    cluster.failing.clear()
+    digest = config_from_object(drc(GOOD)).config_hash()
+    await eventually(
+        lambda: status(cluster).get("appliedRulesHash") == digest, timeout=5, what="recovery"
+    )
+    assert condition(cluster, "Applied")["status"] == "True"
+
+
+async def test_deleted_config_falls_back_to_the_built_in_defaults(running_controller):
+    cluster, _ = running_controller
+    await cluster.post(DRC_PATH, json=drc(GOOD))
+    await eventually(
+        lambda: rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"], what="applied"
+    )
+    await watching(cluster)
+    await cluster.delete(f"{DRC_PATH}/default")
+    default_hash = DetectionRuleConfig.default().config_hash()
+    await eventually(
+        lambda: rule(cluster)["metadata"]["annotations"]["mco.io/rule-config-hash"] == default_hash,
+        what="defaults applied",
+    )
+    assert rule(cluster)["metadata"]["annotations"]["mco.io/rule-config-generation"] == "0"
+
+
+async def test_unreachable_api_is_retried_until_it_answers(cluster):
+    port = free_port()
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    controller = RuleConfigController(api, SETTINGS)
+    task = asyncio.create_task(controller.run())
+    try:
+        await eventually(
+            lambda: controller.metrics.errors.labels("unreachable")._value.get() >= 3,
+            what="retries",
+        )
+        assert not task.done() and not controller.synced.is_set()
+        assert controller.metrics.up._value.get() == 0
+        # The API server comes up (with the config already stored).
+        cluster.objects[DRC, None, "default"] = drc(GOOD)
+        async with kmock.Server(cluster, port=port):
+            await eventually(lambda: "appliedRulesHash" in status(cluster), timeout=5, what="sync")
+            assert controller.synced.is_set() and controller.metrics.up._value.get() == 1
+        # It goes away again mid-watch: the controller keeps retrying, the rules stay.
+        before = controller.metrics.errors.labels("unreachable")._value.get()
+        await eventually(
+            lambda: controller.metrics.errors.labels("unreachable")._value.get() > before,
+            what="errors",
+        )
+        assert not task.done()
+        assert rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()
+
+
+async def test_resync_undoes_a_hand_edit_of_the_prometheusrule(cluster):
+    async with kmock.Server(cluster) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+        controller = RuleConfigController(api, dataclasses.replace(SETTINGS, resync_seconds=0.5))
+        task = asyncio.create_task(controller.run())
+        try:
+            await cluster.post(DRC_PATH, json=drc(GOOD))
+            await eventually(lambda: "appliedRulesHash" in status(cluster), what="applied")
+            await cluster.patch(RULE_PATH, json={"spec": {"groups": []}})
+            assert rule(cluster)["spec"]["groups"] == []
+            await eventually(
+                lambda: rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"], what="resync"
+            )
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await api.close()
+
+
+async def test_two_controllers_converge_without_flapping(cluster):
+    async with kmock.Server(cluster) as server:
+        apis = [
+            client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+            for _ in range(2)
+        ]
+        tasks = [asyncio.create_task(RuleConfigController(a, SETTINGS).run()) for a in apis]
+        try:
+            await cluster.post(DRC_PATH, json=drc(GOOD))
+            await eventually(lambda: "appliedRulesHash" in status(cluster), what="applied")
+            await cluster.patch(
+                f"{DRC_PATH}/default", json={"metadata": {"generation": 2}, "spec": BETTER}
+            )
+            await eventually(lambda: status(cluster).get("appliedGeneration") == 2, what="gen 2")
+            await asyncio.sleep(0.5)
+            settled = (len(list(cluster)), dict(status(cluster)))
+            await asyncio.sleep(1.0)
+            # Nothing more is written once both agree: no status ping-pong between them.
+            assert len(list(cluster)) == settled[0]
+            assert status(cluster) == settled[1]
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for a in apis:
+                await a.close()
+
+
+@pytest.mark.slow
+async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(cluster, tmp_path):
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    port = free_port()
+    async with kmock.Server(cluster) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {"name": "kmock", "cluster": {"server": str(server.url).rstrip("/")}}
+                    ],
+                    "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
+                    "contexts": [{"name": "c", "context": {"cluster": "kmock", "user": "u"}}],
+                    "current-context": "c",
+                }
+            )
+        )
+        await cluster.post(DRC_PATH, json=drc(GOOD))
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "rulegen",
+            "controller",
+            f"--kubeconfig={kubeconfig}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.tls-cert-file={tmp_path / 'server.pem'}",
+            f"--web.tls-key-file={tmp_path / 'server.pem'}",
+            "--prometheusrule-namespace=monitoring",
+            "--prometheusrule-label=release=kps",
+            "--log.format=json",
+            cwd=ROOT,
+            env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+            async with aiohttp.ClientSession() as http:
+
+                async def ready() -> bool:
+                    try:
+                        async with http.get(f"https://127.0.0.1:{port}/readyz", ssl=context) as r:
+                            return r.status == 200
+                    except aiohttp.ClientError:
+                        return False
+
+                for _ in range(200):
+                    if await ready():
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("controller never became ready")
+                async with http.get(f"https://127.0.0.1:{port}/metrics", ssl=context) as r:
+                    text = await r.text()
+            assert "mco_rulegen_config_accepted 1.0" in text
+            assert "mco_rulegen_applied_generation 1.0" in text
+            assert rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=10)
+        assert proc.returncode == 0, stderr.decode()
+        lines = [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
+        assert any(rec["msg"] == "PrometheusRule applied" for rec in lines)
+        assert "not-a-secret" not in stderr.decode()  # no credentials in the logs
+
+
+def test_cli_rejects_bad_flags():
+    from rulegen.cli import main
+
+    assert main(["controller", "--web.listen-address=nowhere"]) == 2
+    assert main(["controller", "--resync=5"]) == 2
+    assert main(["controller", "--web.tls-cert-file=/x.pem"]) == 2

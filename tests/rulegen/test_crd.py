@@ -1,0 +1,342 @@
+"""The DetectionRuleConfig CRD: structural schema, defaults and CEL, judged as the API server would.
+
+Every case is also fed to rulegen's own loader: the CRD and the model must agree on what is
+valid, or a config the API server accepts would be rejected by the controller (or vice versa).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rulegen.crd import crd, render_crd
+from rulegen.generate import CRD_PATH, DEFAULT_CONFIG_PATH, render_default_config
+from rulegen.model import ConfigError, DetectionRuleConfig, config_from_object
+from tests.rulegen.crd_validation import api_server_errors, apply_defaults, version_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = crd()
+
+
+def obj(spec: dict[str, Any] | None = None, name: str = "default") -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "mco.io/v1alpha1",
+        "kind": "DetectionRuleConfig",
+        "metadata": {"name": name},
+    }
+    if spec is not None:
+        body["spec"] = spec
+    return body
+
+
+def model_accepts(o: dict[str, Any]) -> bool:
+    try:
+        config_from_object(o)
+    except ConfigError:
+        return False
+    return True
+
+
+def test_checked_in_crd_is_the_generated_one():
+    assert (ROOT / CRD_PATH).read_text() == render_crd()
+    assert yaml.safe_load((ROOT / CRD_PATH).read_text()) == CRD
+
+
+def test_checked_in_default_object_is_the_generated_one():
+    assert (ROOT / DEFAULT_CONFIG_PATH).read_text() == render_default_config()
+    assert (
+        config_from_object(yaml.safe_load(render_default_config())) == DetectionRuleConfig.default()
+    )
+
+
+def test_crd_is_cluster_scoped_with_status_subresource():
+    spec = CRD["spec"]
+    assert CRD["metadata"]["name"] == "detectionruleconfigs.mco.io"
+    assert spec["group"] == "mco.io" and spec["scope"] == "Cluster"
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["storage"] and version["served"]
+    assert version["subresources"] == {"status": {}}
+
+
+def _assert_structural(schema: dict[str, Any], path: str) -> None:
+    """Every node typed; objects list their properties (no additionalProperties next to them)."""
+    assert "type" in schema, path
+    if schema["type"] == "object" and "properties" in schema:
+        assert "additionalProperties" not in schema, path
+        for key, sub in schema["properties"].items():
+            _assert_structural(sub, f"{path}.{key}")
+    if schema["type"] == "array":
+        _assert_structural(schema["items"], f"{path}[]")
+
+
+def test_schema_is_structural():
+    _assert_structural(version_schema(CRD), "<root>")
+
+
+def test_an_empty_spec_defaults_to_the_model_defaults():
+    defaulted = apply_defaults(version_schema(CRD), obj({}))
+    assert defaulted["spec"] == DetectionRuleConfig.default().to_spec()
+    # Even without a spec at all.
+    assert apply_defaults(version_schema(CRD), obj())["spec"] == defaulted["spec"]
+
+
+def test_partial_objects_are_defaulted_field_by_field_like_the_model():
+    partial = obj({"detections": {"ioCongestion": {"signals": {"psiIOSome": {"warn": 0.05}}}}})
+    defaulted = apply_defaults(version_schema(CRD), partial)
+    assert defaulted["spec"] == config_from_object(partial).to_spec()
+    assert defaulted["spec"]["detections"]["ioCongestion"]["signals"]["psiIOSome"] == {
+        "warn": 0.05,
+        "critical": DetectionRuleConfig.default().threshold("psiIOSome").critical,
+    }
+
+
+VALID = {
+    "checked-in default object": yaml.safe_load((ROOT / DEFAULT_CONFIG_PATH).read_text()),
+    "no spec": obj(),
+    "empty spec": obj({}),
+    "promtool test config": yaml.safe_load(
+        (Path(__file__).with_name("promtool") / "config.yaml").read_text()
+    ),
+    "integers where numbers": obj({"detections": {"cpuContention": {"weight": 2}}}),
+    "only cpu weighted": obj(
+        {
+            "detections": {
+                "cachePollution": {"weight": 0},
+                "ioCongestion": {"weight": 0},
+                "memoryPressure": {"weight": 0},
+                "cpuContention": {"weight": 1},
+            }
+        }
+    ),
+    "compound durations": obj({"window": "1m30s", "evaluationInterval": "15s"}),
+    "window equal to interval": obj({"window": "5s", "evaluationInterval": "5s"}),
+    "two matchers": obj({"alerts": {"exporterSelector": 'job="mco", namespace=~"mon.*"'}}),
+}
+
+INVALID = {
+    # (object, a fragment of the API server's message, a fragment of the model's message)
+    "warn above critical": (
+        obj(
+            {
+                "detections": {
+                    "ioCongestion": {"signals": {"psiIOSome": {"warn": 0.5, "critical": 0.3}}}
+                }
+            }
+        ),
+        "warn must be below critical",
+        "spec.detections.ioCongestion.signals.psiIOSome: warn (0.5) must be below critical (0.3)",
+    ),
+    "warn equal to critical": (
+        obj(
+            {
+                "detections": {
+                    "cachePollution": {"signals": {"llcMissRatio": {"warn": 0.5, "critical": 0.5}}}
+                }
+            }
+        ),
+        "warn must be below critical",
+        "llcMissRatio: warn (0.5) must be below critical (0.5)",
+    ),
+    "lower-is-worse written the other way round": (
+        obj(
+            {
+                "detections": {
+                    "memoryPressure": {
+                        "fallback": {"memoryAvailableRatio": {"warn": 0.05, "critical": 0.15}}
+                    }
+                }
+            }
+        ),
+        "warn must be above critical: lower values are worse",
+        "memoryAvailableRatio: warn (0.05) must be above critical (0.15): lower values are worse",
+    ),
+    "partial threshold that inverts the default order": (
+        obj({"detections": {"ioCongestion": {"signals": {"psiIOSome": {"warn": 0.9}}}}}),
+        "warn must be below critical",
+        "psiIOSome: warn (0.9) must be below critical",
+    ),
+    "negative weight": (
+        obj({"detections": {"ioCongestion": {"weight": -1}}}),
+        "ioCongestion.weight: -1",
+        "spec.detections.ioCongestion.weight: must be >= 0",
+    ),
+    "all weights zero": (
+        obj(
+            {
+                "detections": {
+                    k: {"weight": 0}
+                    for k in ("cachePollution", "ioCongestion", "memoryPressure", "cpuContention")
+                }
+            }
+        ),
+        "at least one detection needs a weight above 0",
+        "at least one detection needs a weight above 0",
+    ),
+    "duration without unit": (
+        obj({"window": "10"}),
+        "window: must be a duration",
+        "spec.window: '10' is not a duration",
+    ),
+    "duration in days": (
+        obj({"window": "1d"}),
+        "window: must be a duration",
+        "spec.window: '1d' is not a duration",
+    ),
+    "zero duration": (
+        obj({"evaluationInterval": "0s"}),
+        "evaluationInterval: must be a duration longer than 0s",
+        "must be longer than 0s",
+    ),
+    "empty duration": (
+        obj({"report": {"staleAfter": ""}}),
+        "staleAfter: must be a duration",
+        "spec.report.staleAfter",
+    ),
+    "window shorter than interval": (
+        obj({"window": "5s", "evaluationInterval": "10s"}),
+        "window must be at least evaluationInterval",
+        "spec.window (5s) must be at least spec.evaluationInterval (10s)",
+    ),
+    "threshold as a string": (
+        obj({"detections": {"ioCongestion": {"signals": {"psiIOSome": {"warn": "high"}}}}}),
+        "'high' is not of type 'number'",
+        "spec.detections.ioCongestion.signals.psiIOSome.warn: expected a number",
+    ),
+    "weight as a boolean": (
+        obj({"detections": {"ioCongestion": {"weight": True}}}),
+        "True is not of type 'number'",
+        "expected a number, got True",
+    ),
+    "ratio above 1": (
+        obj({"detections": {"cachePollution": {"signals": {"llcMissRatio": {"critical": 1.5}}}}}),
+        "1.5 is greater than the maximum of 1",
+        "llcMissRatio.critical: must be <= 1",
+    ),
+    "unknown field (typo)": (
+        obj({"detections": {"ioCongestion": {"wieght": 2}}}),
+        "Additional properties are not allowed ('wieght'",
+        "spec.detections.ioCongestion.wieght: unknown field",
+    ),
+    "unknown signal": (
+        obj(
+            {
+                "detections": {
+                    "ioCongestion": {"signals": {"psiIOFull": {"warn": 0.1, "critical": 0.2}}}
+                }
+            }
+        ),
+        "Additional properties are not allowed ('psiIOFull'",
+        "signals.psiIOFull: unknown field",
+    ),
+    "PromQL injected through the selector": (
+        obj({"alerts": {"exporterSelector": 'job="x"} or vector(1) or up{job="x"'}}),
+        "must be PromQL label matchers",
+        "spec.alerts.exporterSelector: expected PromQL label matchers",
+    ),
+    "selector with a newline": (
+        obj({"alerts": {"exporterSelector": 'job="x"\n'}}),
+        "must be PromQL label matchers",
+        "spec.alerts.exporterSelector",
+    ),
+    "runbook that is not http": (
+        obj({"alerts": {"runbookURL": "javascript:alert(1)"}}),
+        "must be an http(s) URL",
+        "spec.alerts.runbookURL: expected an http(s) URL",
+    ),
+    "runbook with a template": (
+        obj({"alerts": {"runbookURL": "https://x/{{ $labels.node }}"}}),
+        "must be an http(s) URL",
+        "spec.alerts.runbookURL",
+    ),
+    "neutral score above 100": (
+        obj({"report": {"neutralScore": 150}}),
+        "150 is greater than the maximum of 100",
+        "spec.report.neutralScore: must be within [0, 100]",
+    ),
+    "hard max above 1": (
+        obj({"hardConstraints": {"psiIOSomeMax": 2}}),
+        "2 is greater than the maximum of 1",
+        "spec.hardConstraints.psiIOSomeMax: must be within [0, 1]",
+    ),
+    "alert level zero": (
+        obj({"alerts": {"nodeInterferedLevel": 0}}),
+        "nodeInterferedLevel: must be above 0",
+        "spec.alerts.nodeInterferedLevel: must be within (0, 1]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_valid_objects_are_accepted_by_crd_and_model(name):
+    assert api_server_errors(CRD, VALID[name]) == []
+    assert model_accepts(VALID[name])
+
+
+@pytest.mark.parametrize("name", list(INVALID))
+def test_invalid_objects_are_rejected_by_crd_and_model_with_the_path(name):
+    body, crd_message, model_message = INVALID[name]
+    errors = api_server_errors(CRD, body)
+    assert any(crd_message in e for e in errors), errors
+    with pytest.raises(ConfigError) as caught:
+        config_from_object(body)
+    assert model_message in str(caught.value)
+
+
+def test_only_the_default_object_is_allowed():
+    errors = api_server_errors(CRD, obj({}, name="staging"))
+    assert errors == ["<root>: mco-rulegen reads only the DetectionRuleConfig named default"]
+
+
+def test_every_cel_rule_compiles_and_is_exercised_by_an_invalid_case():
+    """No rule is dead: each CEL message appears in at least one invalid case's errors."""
+    messages: set[str] = set()
+
+    def walk(schema: dict[str, Any]) -> None:
+        for v in schema.get("x-kubernetes-validations", []):
+            messages.add(v["message"])
+        for sub in schema.get("properties", {}).values():
+            walk(sub)
+
+    walk(version_schema(CRD))
+    seen = {e for body, _, _ in INVALID.values() for e in api_server_errors(CRD, body)}
+    seen |= set(api_server_errors(CRD, obj({}, name="staging")))
+    for message in messages:
+        assert any(message in e for e in seen), message
+
+
+thresholds = st.floats(min_value=0, max_value=1, allow_nan=False, width=32)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    warn=thresholds,
+    critical=thresholds,
+    avail_warn=thresholds,
+    avail_critical=thresholds,
+    weights=st.lists(st.sampled_from([0, 0.5, 1, 3]), min_size=4, max_size=4),
+    window=st.integers(min_value=1, max_value=120),
+    interval=st.integers(min_value=1, max_value=120),
+)
+def test_crd_and_model_agree_on_random_specs(
+    warn, critical, avail_warn, avail_critical, weights, window, interval
+):
+    keys = ("cachePollution", "ioCongestion", "memoryPressure", "cpuContention")
+    spec: dict[str, Any] = {
+        "window": f"{window}s",
+        "evaluationInterval": f"{interval}s",
+        "detections": {k: {"weight": w} for k, w in zip(keys, weights, strict=True)},
+    }
+    spec["detections"]["ioCongestion"]["signals"] = {
+        "psiIOSome": {"warn": warn, "critical": critical}
+    }
+    spec["detections"]["memoryPressure"]["fallback"] = {
+        "memoryAvailableRatio": {"warn": avail_warn, "critical": avail_critical}
+    }
+    body = obj(copy.deepcopy(spec))
+    assert (api_server_errors(CRD, body) == []) == model_accepts(body)
