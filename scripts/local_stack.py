@@ -1,36 +1,357 @@
-"""`make run`: MCO's main job on this host.
+"""`make run`: MCO's whole data path on this host, with a live view.
 
-For now this runs mco-exporter on this machine and says where its metrics are; the full local
-stack (Prometheus with the generated rules, the reporter, the extender and a live view) builds
-on it.
+mco-exporter reads this machine; a real Prometheus scrapes it every second and evaluates the
+generated rules; mco-reporter writes the NodeInterferenceReport to a file (the embedded default
+instead of the Kubernetes API); mco-extender serves Volcano and kube-scheduler from that file.
+Every second the terminal shows what the scheduler would see. `--stress io|memory` adds real
+load so detection can be watched happening. Ctrl-C stops everything; nothing is left running.
+
+The same `LocalStack` runs the end-to-end tests and the detection-latency benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
+import shutil
+import signal
+import socket
 import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from rulegen.model import DetectionRuleConfig, load_config
+from rulegen.render import render_rules
+from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
+from scripts.stress import io_stress, memory_cgroup, memory_stress
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
+# Every child carries this variable, so a leftover process can be found by it (tests do).
+MARKER_ENV = "MCO_LOCAL_STACK"
+DETECTION_COLUMNS = (
+    ("cache_pollution", "cache"),
+    ("io_congestion", "io"),
+    ("memory_pressure", "memory"),
+    ("cpu_contention", "cpu"),
+)
+
+
+@dataclass
+class Ports:
+    """0 picks a free port (tests); `make run` uses MCO's defaults."""
+
+    exporter: int = 9847
+    extender: int = 9848
+    reporter: int = 9849
+    prometheus: int = 19090
+
+    def resolved(self) -> Ports:
+        return Ports(
+            *(
+                p or free_port()
+                for p in (self.exporter, self.extender, self.reporter, self.prometheus)
+            )
+        )
+
+
+@dataclass
+class StackSettings:
+    workdir: Path = DEFAULT_WORKDIR
+    ports: Ports = field(default_factory=Ports)
+    node: str = field(default_factory=socket.gethostname)
+    rule_config: Path | None = None
+    exporter_args: tuple[str, ...] = ()
+
+
+class LocalStack:
+    """Exporter, Prometheus with the generated rules, reporter (file sink) and extender."""
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings
+        self.ports = settings.ports.resolved()
+        self.workdir = settings.workdir
+        self.marker = uuid.uuid4().hex
+        self.config = (
+            load_config(settings.rule_config)
+            if settings.rule_config
+            else DetectionRuleConfig.default()
+        )
+        self.report_path = self.workdir / "report.json"
+        self.rules_path = self.workdir / "rules.yaml"
+        env = {MARKER_ENV: self.marker}
+        python = sys.executable
+        self.exporter = Managed(
+            [
+                python,
+                "-m",
+                "exporter",
+                f"--web.listen-address=127.0.0.1:{self.ports.exporter}",
+                f"--node-name={settings.node}",
+                *settings.exporter_args,
+            ],
+            name="mco-exporter",
+            log_path=self.workdir / "exporter.log",
+            env=env,
+        )
+        self.prometheus = Prometheus(
+            self.workdir / "prometheus",
+            targets=[
+                ScrapeTarget(
+                    "mco-exporter", f"127.0.0.1:{self.ports.exporter}", {"node": settings.node}
+                ),
+                ScrapeTarget("mco-reporter", f"127.0.0.1:{self.ports.reporter}"),
+                ScrapeTarget("mco-extender", f"127.0.0.1:{self.ports.extender}"),
+            ],
+            rule_files=[self.rules_path],
+            scrape_interval="1s",
+            evaluation_interval=f"{self.config.evaluation_interval}s",
+            port=self.ports.prometheus,
+        )
+        self.prometheus.env[MARKER_ENV] = self.marker
+        rule_config_args = [f"--rule-config={settings.rule_config}"] if settings.rule_config else []
+        self.reporter = Managed(
+            [
+                python,
+                "-m",
+                "reporter",
+                f"--prometheus-url={self.prometheus.url}",
+                f"--output={self.report_path}",
+                "--interval=1s",
+                f"--web.listen-address=127.0.0.1:{self.ports.reporter}",
+                *rule_config_args,
+            ],
+            name="mco-reporter",
+            log_path=self.workdir / "reporter.log",
+            env=env,
+        )
+        self.extender = Managed(
+            [
+                python,
+                "-m",
+                "extender",
+                f"--listen=127.0.0.1:{self.ports.extender}",
+                f"--report-file={self.report_path}",
+                f"--stale-after={self.config.report.stale_after}s",
+                f"--neutral-score={self.config.report.neutral_score}",
+            ],
+            name="mco-extender",
+            log_path=self.workdir / "extender.log",
+            env=env,
+        )
+        self._load: list[Managed] = []
+        self._cgroups = contextlib.ExitStack()
+
+    # --- URLs ----------------------------------------------------------------------------
+    @property
+    def extender_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.extender}"
+
+    def urls(self) -> dict[str, str]:
+        return {
+            "Prometheus": self.prometheus.url,
+            "extender /v1/nodes": f"{self.extender_url}/v1/nodes",
+            "exporter /metrics": f"http://127.0.0.1:{self.ports.exporter}/metrics",
+            "reporter /metrics": f"http://127.0.0.1:{self.ports.reporter}/metrics",
+            "extender /metrics": f"{self.extender_url}/metrics",
+            "report file": str(self.report_path),
+        }
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def start(self, *, wait: bool = True) -> None:
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        self.workdir.mkdir(parents=True)
+        self.rules_path.write_text(render_rules(self.config))
+        self.prometheus.write_config()
+        try:
+            self.exporter.start()
+            self.exporter.wait_http(f"http://127.0.0.1:{self.ports.exporter}/metrics", timeout=60)
+            self.prometheus.start()
+            self.reporter.start()
+            self.extender.start()
+            self.extender.wait_http(f"{self.extender_url}/healthz", timeout=30)
+            if wait:
+                self.wait_fresh(timeout=self.config.window + 30)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_fresh(self, timeout: float) -> None:
+        """Until the extender holds fresh data for this node (a window of samples is needed)."""
+        wait_until(
+            lambda: (n := self.node_view()) is not None and not n["stale"],
+            timeout=timeout,
+            what="fresh data for this node at the extender",
+        )
+
+    def stop(self) -> None:
+        self.stop_load()
+        for proc in (self.extender, self.reporter, self.prometheus, self.exporter):
+            proc.stop()
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- load --------------------------------------------------------------------------
+    def start_load(self, kind: str) -> None:
+        """Real interference: `io` (stress-ng --hdd) or `memory` (in a 64 MiB memory cgroup)."""
+        workdir = self.workdir / f"stress-{kind}"
+        if kind == "io":
+            load = io_stress(workdir)
+        elif kind == "memory":
+            cgroup = self._cgroups.enter_context(memory_cgroup(64 * 2**20))
+            load = memory_stress(workdir, cgroup)
+        else:
+            raise ValueError(f"unknown load {kind!r}")
+        load.env[MARKER_ENV] = self.marker
+        load.start()
+        self._load.append(load)
+
+    def stop_load(self) -> None:
+        for load in self._load:
+            load.stop()
+        self._load.clear()
+        self._cgroups.close()
+
+    # --- what the scheduler sees -----------------------------------------------------------
+    def nodes(self) -> dict[str, Any]:
+        response = requests.get(f"{self.extender_url}/v1/nodes", timeout=5)
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        return body
+
+    def node_view(self) -> dict[str, Any] | None:
+        """This node's entry in the extender's /v1/nodes, or None before it knows the node."""
+        for node in self.nodes()["nodes"]:
+            if node["name"] == self.settings.node:
+                view: dict[str, Any] = node
+                return view
+        return None
+
+
+def _index(node: dict[str, Any], detection: str) -> str:
+    state = node["detections"].get(detection)
+    if state is None:
+        return "-"
+    return f"{state['index']:.2f}{'!' if state['triggered'] else ' '}"
+
+
+def render_view(stack: LocalStack, body: dict[str, Any] | None, error: str | None) -> str:
+    lines = [f"MCO local stack — {time.strftime('%H:%M:%S')}   (Ctrl-C stops everything)", ""]
+    header = (
+        f"{'node':16} {'level':>6} {'score':>6}  "
+        + " ".join(f"{label:>7}" for _, label in DETECTION_COLUMNS)
+        + f"  {'sched':>5} {'fallback':>8} {'age':>6}"
+    )
+    lines.append(header)
+    if error is not None:
+        lines.append(f"(extender not answering: {error})")
+    elif body is not None:
+        for node in body["nodes"]:
+            level = "-" if node["level"] is None else f"{node['level']:.3f}"
+            age = "-" if node["ageSeconds"] is None else f"{node['ageSeconds']:.1f}s"
+            stale = " stale" if node["stale"] else ""
+            lines.append(
+                f"{node['name'][:16]:16} {level:>6} {node['verdict']['volcanoScore']:6.1f}  "
+                + " ".join(f"{_index(node, d):>7}" for d, _ in DETECTION_COLUMNS)
+                + f"  {'yes' if node['schedulable'] else 'NO':>5} "
+                f"{'yes' if node['fallback'] else 'no':>8} {age:>6}{stale}"
+            )
+            if node["reasons"]:
+                lines.append(f"{'':16} reasons: {', '.join(node['reasons'])}")
+    lines += ["", "index per detection, ! = triggered (a signal reached its warn threshold)", ""]
+    lines += [f"{name:20} {url}" for name, url in stack.urls().items()]
+    return "\n".join(lines)
+
+
+def live_view(stack: LocalStack, stop: threading.Event, duration: float | None) -> None:
+    """Refresh every second until ``stop`` is set (or ``duration`` passes)."""
+    tty = sys.stdout.isatty()
+    deadline = None if duration is None else time.monotonic() + duration
+    while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        body, error = None, None
+        try:
+            body = stack.nodes()
+        except requests.RequestException as exc:
+            error = type(exc).__name__
+        frame = render_view(stack, body, error)
+        sys.stdout.write(("\x1b[H\x1b[2J" if tty else "\n") + frame + "\n")
+        sys.stdout.flush()
+        stop.wait(1.0)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="make run")
-    parser.add_argument("--exporter-port", type=int, default=9847)
-    parser.add_argument("--stress", choices=["io", "memory"], default=None)
-    args = parser.parse_args(argv)
-    url = f"http://127.0.0.1:{args.exporter_port}/metrics"
-    print(f"mco-exporter on this host: metrics at {url} (Ctrl-C stops it)", flush=True)
-    env = dict(os.environ)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{args.exporter_port}"],
-        env=env,
+    parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stress", choices=["io", "memory"], help="also drive real load")
+    parser.add_argument("--rule-config", type=Path, help="DetectionRuleConfig YAML")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--free-ports", action="store_true", help="pick free ports")
+    for name, default in vars(Ports()).items():
+        parser.add_argument(f"--{name}-port", type=int, default=default)
+    parser.add_argument(
+        "--exporter-arg", action="append", default=[], help="extra mco-exporter flag (repeatable)"
     )
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+    args = parser.parse_args(argv)
+    ports = (
+        Ports(0, 0, 0, 0)
+        if args.free_ports
+        else Ports(args.exporter_port, args.extender_port, args.reporter_port, args.prometheus_port)
+    )
+    stack = LocalStack(
+        StackSettings(
+            workdir=args.workdir,
+            ports=ports,
+            rule_config=args.rule_config,
+            exporter_args=tuple(args.exporter_arg),
+        )
+    )
+    with _stop_on_signals() as stop:
+        print(f"starting MCO on this host in {stack.workdir} ...", flush=True)
+        try:
+            stack.start(wait=False)
+            if args.stress:
+                print(f"driving real {args.stress} load with stress-ng", flush=True)
+                stack.start_load(args.stress)
+            live_view(stack, stop, args.duration)
+        except Exception as exc:
+            print(f"make run failed: {exc}", file=sys.stderr)
+            for proc in (stack.exporter, stack.prometheus, stack.reporter, stack.extender):
+                tail = proc.log_tail(5)
+                if tail:
+                    print(f"--- {proc.name} ({proc.log_path}) ---\n{tail}", file=sys.stderr)
+            return 1
+        finally:
+            print("\nstopping ...", flush=True)
+            stack.stop()
+    print("stopped; nothing left running", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

@@ -142,6 +142,23 @@ class ScrapeTarget:
     metrics_path: str = "/metrics"
 
 
+def scrape_configs(targets: Sequence[ScrapeTarget], **extra: Any) -> list[dict[str, Any]]:
+    """One static scrape config per job, in the shape Prometheus and VictoriaMetrics share."""
+    jobs: dict[str, list[ScrapeTarget]] = {}
+    for t in targets:
+        jobs.setdefault(t.job, []).append(t)
+    return [
+        {
+            "job_name": job,
+            "scheme": ts[0].scheme,
+            "metrics_path": ts[0].metrics_path,
+            **extra,
+            "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts],
+        }
+        for job, ts in jobs.items()
+    ]
+
+
 class Prometheus(Managed):
     """A real Prometheus (Debian's package) with a generated config."""
 
@@ -184,9 +201,6 @@ class Prometheus(Managed):
         return f"http://127.0.0.1:{self.port}"
 
     def write_config(self) -> None:
-        jobs: dict[str, list[ScrapeTarget]] = {}
-        for t in self.targets:
-            jobs.setdefault(t.job, []).append(t)
         config = {
             "global": {
                 "scrape_interval": self.scrape_interval,
@@ -194,15 +208,7 @@ class Prometheus(Managed):
                 "evaluation_interval": self.evaluation_interval,
             },
             "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": [
-                {
-                    "job_name": job,
-                    "scheme": ts[0].scheme,
-                    "metrics_path": ts[0].metrics_path,
-                    "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts],
-                }
-                for job, ts in jobs.items()
-            ],
+            "scrape_configs": scrape_configs(self.targets),
         }
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -334,21 +340,10 @@ class VictoriaMetrics(_PromQLClient, Managed):
         return f"http://127.0.0.1:{self.port}"
 
     def write_config(self) -> None:
-        jobs: dict[str, list[ScrapeTarget]] = {}
-        for t in self.targets:
-            jobs.setdefault(t.job, []).append(t)
         config = {
             "global": {"scrape_interval": self.scrape_interval},
-            "scrape_configs": [
-                {
-                    "job_name": job,
-                    "scheme": ts[0].scheme,
-                    "metrics_path": ts[0].metrics_path,
-                    "honor_timestamps": True,  # as Prometheus does by default
-                    "static_configs": [{"targets": [t.address], "labels": t.labels} for t in ts],
-                }
-                for job, ts in jobs.items()
-            ],
+            # honor_timestamps as Prometheus does by default
+            "scrape_configs": scrape_configs(self.targets, honor_timestamps=True),
         }
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
