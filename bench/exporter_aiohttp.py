@@ -12,14 +12,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter.cli import build_collector, build_parser, parse_listen
+from exporter.cli import build_collector, build_parser
 from exporter.registry import specs
+from mco.flags import listen_address
 
 
 def main(argv: list[str] | None = None) -> int:
     all_specs = specs()
     args = build_parser(all_specs).parse_args(argv)
-    host, port = parse_listen(args.listen)
+    host, port = listen_address(args.listen)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(build_collector(args, all_specs))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -35,6 +36,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import cpu_seconds
+from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from rulegen.series import INTERFERENCE_LEVEL
@@ -59,7 +61,38 @@ BASELINE = {
         }
     ]
 }
+FLOOR_GROUP = "bench.floor"
+# A raw exporter metric in a rule expression (recorded names have a colon before ``mco_``).
+RAW_NAME = re.compile(r"(?<![\w:])mco_[a-z0-9_]+")
 RULES_POLL_SECONDS = 5  # /api/v1/rules is heavier than /metrics: poll it less often
+
+
+def raw_selector(rules_text: str) -> str:
+    """A selector of every raw exporter series the measured group reads."""
+    groups = yaml.safe_load(rules_text)["groups"]
+    exprs = [r["expr"] for g in groups if g["name"] == GROUP for r in g["rules"]]
+    names = sorted({name for expr in exprs for name in RAW_NAME.findall(expr)})
+    return '{__name__=~"' + "|".join(names) + '"}'
+
+
+def floor_rules(selector: str, window: str) -> dict[str, object]:
+    """One rule reading, once, every raw series that the measured group reads (with ``rate``
+    over the window) and writing one series per node: what any rules computing this model
+    from these series must at least spend, whatever their PromQL."""
+    return {
+        "groups": [
+            {
+                "name": FLOOR_GROUP,
+                "interval": "1s",
+                "rules": [
+                    {
+                        "record": "node:bench_floor:count",
+                        "expr": f"count by (node) (rate({selector}[{window}]))",
+                    }
+                ],
+            }
+        ]
+    }
 
 
 def _self_metrics(prom: Prometheus, name: str) -> dict[str, float]:
@@ -97,6 +130,13 @@ def _machine_busy_seconds() -> float:
     return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _evaluations(prom: Prometheus, group: str) -> float:
+    """Evaluations of ``group`` so far: iterations_total counts missed ones too."""
+    scheduled = _self_metrics(prom, "prometheus_rule_group_iterations_total").get(group, 0.0)
+    missed = _self_metrics(prom, "prometheus_rule_group_iterations_missed_total").get(group, 0.0)
+    return scheduled - missed
+
+
 @dataclass
 class Phase:
     """CPU use over one stretch of wall-clock time."""
@@ -105,7 +145,7 @@ class Phase:
     prometheus: float = 0.0  # CPU seconds
     fleet: float = 0.0
     machine: float = 0.0
-    iterations: float = 0.0  # evaluations of the measured group
+    evaluations: float = 0.0  # of the group it is about (scheduled minus missed)
     samples: dict[str, list[float]] = field(default_factory=dict)
     rules: dict[str, list[float]] = field(default_factory=dict)
 
@@ -118,15 +158,11 @@ class Phase:
         return self.cores(self.machine - self.prometheus - self.fleet)
 
 
-def _sample(
-    prom: Prometheus,
-    fleet: Managed,
-    seconds: int,
-    groups: Sequence[str],
-    rules: bool,
-) -> Phase:
+def _sample(prom: Prometheus, fleet: Managed, seconds: int, groups: Sequence[str]) -> Phase:
+    """Durations of ``groups`` (the first is the one this phase is about) and CPU use."""
+    rules = groups[0] == GROUP
     phase = Phase(samples={g: [] for g in groups})
-    iterations = _self_metrics(prom, "prometheus_rule_group_iterations_total").get(GROUP, 0.0)
+    evaluations = _evaluations(prom, groups[0])
     start = (time.monotonic(), cpu_seconds(prom.pid), cpu_seconds(fleet.pid))
     machine = _machine_busy_seconds()
     for tick in range(1, seconds + 1):
@@ -143,9 +179,7 @@ def _sample(
     phase.prometheus = cpu_seconds(prom.pid) - start[1]
     phase.fleet = cpu_seconds(fleet.pid) - start[2]
     phase.machine = _machine_busy_seconds() - machine
-    phase.iterations = (
-        _self_metrics(prom, "prometheus_rule_group_iterations_total").get(GROUP, 0.0) - iterations
-    )
+    phase.evaluations = _evaluations(prom, groups[0]) - evaluations
     return phase
 
 
@@ -158,31 +192,49 @@ class Result:
     baseline_median: float
     missed: float
     head_series: float
+    raw_series_read: float  # raw series the measured group selects, all nodes
     scrape_seconds: float
     with_rules: Phase
+    floor: Phase
     without_rules: Phase
     load_before: float
     load_after: float
 
-    @property
-    def cpu_per_evaluation(self) -> float:
-        """Prometheus CPU seconds the rule group adds per evaluation (rules minus no rules)."""
-        extra = self.with_rules.cores(self.with_rules.prometheus) - self.without_rules.cores(
+    def _cpu_per_evaluation(self, phase: Phase) -> float:
+        """Prometheus CPU seconds a group adds per evaluation (with it minus without it)."""
+        extra = phase.cores(phase.prometheus) - self.without_rules.cores(
             self.without_rules.prometheus
         )
-        return extra / (self.with_rules.iterations / self.with_rules.seconds)
+        return extra / (phase.evaluations / phase.seconds)
+
+    @property
+    def cpu_per_evaluation(self) -> float:
+        return self._cpu_per_evaluation(self.with_rules)
+
+    @property
+    def floor_median(self) -> float:
+        return statistics.median(self.floor.samples[FLOOR_GROUP])
+
+    @property
+    def floor_cpu_per_evaluation(self) -> float:
+        return self._cpu_per_evaluation(self.floor)
 
     @property
     def rule_medians(self) -> dict[str, float]:
         return {k: statistics.median(v) for k, v in self.with_rules.rules.items()}
 
 
-def measure(nodes: int, seconds: int, workdir: Path, rules_text: str) -> Result:
+def measure(
+    nodes: int, seconds: int, workdir: Path, rules_text: str, bucket_step: int = 1
+) -> Result:
     config = DetectionRuleConfig.default()
     rules = workdir / "rules.yaml"
     rules.write_text(rules_text)
     baseline = workdir / "baseline.yaml"
     baseline.write_text(yaml.safe_dump(BASELINE))
+    floor = workdir / "floor.yaml"
+    selector = raw_selector(rules_text)
+    floor.write_text(yaml.safe_dump(floor_rules(selector, format_duration(config.window))))
     port = free_port()
     fleet = Managed(
         [
@@ -192,6 +244,7 @@ def measure(nodes: int, seconds: int, workdir: Path, rules_text: str) -> Result:
             f"--port={port}",
             f"--nodes={nodes}",
             "--profiles=typical",
+            f"--bucket-step={bucket_step}",
         ],
         name="fleet",
         log_path=workdir / "fleet.log",
@@ -215,16 +268,21 @@ def measure(nodes: int, seconds: int, workdir: Path, rules_text: str) -> Result:
             time.sleep(config.window)  # full windows everywhere
             missed_before = _self_metrics(prom, "prometheus_rule_group_iterations_missed_total")
             scrape = prom.value('scrape_duration_seconds{job="mco-fleet"}')
-            with_rules = _sample(prom, fleet, seconds, [GROUP, BASELINE_GROUP], rules=True)
+            with_rules = _sample(prom, fleet, seconds, [GROUP, BASELINE_GROUP])
             missed_after = _self_metrics(prom, "prometheus_rule_group_iterations_missed_total")
             series = sum(_self_metrics(prom, "prometheus_tsdb_head_series").values())
-            # The same Prometheus scraping the same fleet, without the measured group.
+            raw = prom.value(f"count({selector})") or 0.0
+            # The same Prometheus scraping the same fleet: the floor group instead of the
+            # measured one, then neither (scraping and ingestion alone).
+            others = max(15, seconds // 2)
+            prom.rule_files = [floor, baseline]
+            prom.reload()
+            time.sleep(config.window)  # the floor's rate() needs a full window after its start
+            floor_phase = _sample(prom, fleet, others, [FLOOR_GROUP, BASELINE_GROUP])
             prom.rule_files = [baseline]
             prom.reload()
             time.sleep(5)
-            without_rules = _sample(
-                prom, fleet, max(15, seconds // 2), [BASELINE_GROUP], rules=False
-            )
+            without_rules = _sample(prom, fleet, others, [BASELINE_GROUP])
     mco, base = with_rules.samples[GROUP], with_rules.samples[BASELINE_GROUP]
     return Result(
         nodes=nodes,
@@ -234,8 +292,10 @@ def measure(nodes: int, seconds: int, workdir: Path, rules_text: str) -> Result:
         baseline_median=statistics.median(base),
         missed=missed_after.get(GROUP, 0) - missed_before.get(GROUP, 0),
         head_series=series,
+        raw_series_read=raw,
         scrape_seconds=scrape if scrape is not None else float("nan"),
         with_rules=with_rules,
+        floor=floor_phase,
         without_rules=without_rules,
         load_before=load_before,
         load_after=os.getloadavg()[0],
@@ -268,6 +328,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "default render, e.g. an older version for an A/B comparison",
     )
     parser.add_argument("--top", type=int, default=15, help="rules shown in the breakdown")
+    parser.add_argument(
+        "--bucket-step",
+        type=int,
+        default=1,
+        help="the fleet serves every Nth of the exporter's 21 latency buckets (what a coarser "
+        "histogram would cost; 1 = the exporter's layout)",
+    )
     args = parser.parse_args(argv)
     seconds = 15 if args.quick else args.seconds
     sizes = [int(n) for n in args.nodes.split(",")]
@@ -278,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bench-rules-{n}-") as tmp:
             print(f"measuring {n} nodes for {seconds}s ...", flush=True)
-            results.append(measure(n, seconds, Path(tmp), rules_text))
+            results.append(measure(n, seconds, Path(tmp), rules_text, args.bucket_step))
     print(
         f"\nwall clock (prometheus_rule_group_last_duration_seconds):\n"
         f"{'nodes':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'baseline ms':>12} "
@@ -303,6 +370,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r.cpu_per_evaluation * 1e3:>12.1f} {r.cpu_per_evaluation / r.median:>8.2f} "
             f"{r.with_rules.cores(r.with_rules.fleet):>6.2f} {r.with_rules.other:>6.2f} "
             f"{r.load_before:>5.2f}/{r.load_after:<5.2f}"
+        )
+    print(
+        "\nfloor: one rule reading every raw series the rules read, once (rate over the "
+        "window), in the same Prometheus:\n"
+        f"{'nodes':>6} {'raw/node':>8} {'floor ms':>9} {'floor CPU ms':>12} "
+        f"{'rules/floor wall':>16} {'rules/floor CPU':>15} {'us per raw series':>17}"
+    )
+    for r in results:
+        print(
+            f"{r.nodes:>6} {r.raw_series_read / r.nodes:>8.0f} {r.floor_median * 1e3:>9.1f} "
+            f"{r.floor_cpu_per_evaluation * 1e3:>12.1f} {r.median / r.floor_median:>16.1f} "
+            f"{r.cpu_per_evaluation / r.floor_cpu_per_evaluation:>15.1f} "
+            f"{r.floor_median / r.raw_series_read * 1e6:>17.1f}"
         )
     if len(results) > 1:
         first, last = results[0], results[-1]

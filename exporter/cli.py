@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -18,10 +19,12 @@ from exporter import __version__
 from exporter.paths import Paths, read_text
 from exporter.registry import CollectorConfig, CollectorSpec, specs
 from exporter.scrape import NodeCollector
+from mco.flags import listen_address
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import add_tls_flags, tls_from_args
 
 DEFAULT_LISTEN = ":9847"
+_NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 log = logging.getLogger("mco.exporter")
 
 
@@ -68,13 +71,6 @@ def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser
     return parser
 
 
-def parse_listen(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address must be [host]:port, got {address!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104  (a node agent serves the node)
-
-
 def build_collector(args: argparse.Namespace, all_specs: dict[str, CollectorSpec]) -> NodeCollector:
     """The scrape-time collector for parsed flags (shared with the serving benchmark)."""
     paths = Paths(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
@@ -98,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(all_specs).parse_args(argv)
     setup_logging(args.log_level, args.log_format)
     try:
-        host, port = parse_listen(args.listen)
+        host, port = listen_address(args.listen)
         tls = tls_from_args(args)
         tls.validate()
     except ValueError as exc:
@@ -107,17 +103,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     node = build_collector(args, all_specs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node)
+    # No host: "::" is dual-stack on Linux; on a node with IPv6 disabled fall back to IPv4.
+    candidates = [host] if host else ["::", "0.0.0.0"]  # noqa: S104  (a node agent)
     try:
-        server, _thread = start_http_server(
-            port,
-            addr=host,
-            registry=registry,
-            certfile=tls.cert_file,
-            keyfile=tls.key_file,
-            client_cafile=tls.client_ca_file,
-            client_auth_required=tls.client_ca_file is not None,
-            tls_min_version=ssl.TLSVersion.TLSv1_2,
-        )
+        for i, addr in enumerate(candidates):
+            try:
+                server, _thread = start_http_server(
+                    port,
+                    addr=addr,
+                    registry=registry,
+                    certfile=tls.cert_file,
+                    keyfile=tls.key_file,
+                    client_cafile=tls.client_ca_file,
+                    client_auth_required=tls.client_ca_file is not None,
+                    tls_min_version=ssl.TLSVersion.TLSv1_2,
+                )
+                break
+            except OSError as exc:
+                if i == len(candidates) - 1 or exc.errno not in _NO_IPV6:
+                    raise
     except OSError as exc:
         log.error("cannot serve", extra={"address": args.listen, "err": str(exc)})
         node.close()

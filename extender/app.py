@@ -21,16 +21,18 @@ from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
 from extender.node_view import node_view
 from extender.report_file import follow_file
-from extender.report_watch import ReportWatch, api_client
+from extender.report_watch import ReportWatch
 from extender.reports import ReportStore
 from extender.verdict import Verdict
 from extender.wire import BadRequest, Body
+from mco.kubeconfig import api_client
 
 log = logging.getLogger("mco.extender")
 
 CONFIG = web.AppKey("config", ExtenderConfig)
 STORE = web.AppKey("store", ReportStore)
 METRICS = web.AppKey("metrics", ExtenderMetrics)
+SOURCE = web.AppKey("source", asyncio.Task[None])
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -149,6 +151,11 @@ async def _session_hook(request: web.Request) -> web.Response:
 
 
 async def _healthz(request: web.Request) -> web.Response:
+    source = request.app.get(SOURCE)
+    if source is not None and source.done():
+        # The report source never ends on its own; without it the data only ages. A failing
+        # liveness probe restarts the pod instead of serving ever older reports.
+        return web.Response(status=503, text="the report source has stopped\n")
     return web.Response(text="ok\n")
 
 
@@ -169,6 +176,11 @@ async def _nodes(request: web.Request) -> web.Response:
     return web.Response(body=_encode(view), content_type=_JSON)
 
 
+def _source_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("the report source stopped", exc_info=exc)
+
+
 async def _report_source(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG].source
     store, metrics = app[STORE], app[METRICS]
@@ -181,11 +193,11 @@ async def _report_source(app: web.Application) -> AsyncIterator[None]:
             stack.push_async_callback(api.close)
             work = ReportWatch(api, store, metrics, config).run()
             log.info("watching NodeInterferenceReports through the Kubernetes API")
-        task = asyncio.create_task(work, name="report-source")
+        task = app[SOURCE] = asyncio.create_task(work, name="report-source")
+        task.add_done_callback(_source_ended)
         yield
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait([task])  # an error it ended with was logged by _source_ended
 
 
 def make_app(config: ExtenderConfig) -> web.Application:

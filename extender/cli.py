@@ -25,9 +25,8 @@ from extender.config import (
     ExtenderConfig,
     SourceConfig,
     VerdictConfig,
-    parse_duration,
-    parse_size,
 )
+from mco.flags import duration, listen_address, size
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import TLSConfig, tls_from_args
 
@@ -51,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--report-file", help="read reports from this file, reloaded on change")
     source.add_argument(
         "--report-poll-interval",
-        type=parse_duration,
+        type=duration,
         default=0.5,
         metavar="DURATION",
         help="how often the report file is checked for a change (default 500ms)",
@@ -62,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts = parser.add_argument_group("verdicts")
     verdicts.add_argument(
         "--stale-after",
-        type=parse_duration,
+        type=duration,
         default=30.0,
         metavar="DURATION",
         help="entries older than this count as missing (default 30s)",
@@ -102,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     server = parser.add_argument_group("server")
     server.add_argument(
         "--max-body-size",
-        type=parse_size,
+        type=size,
         default=DEFAULT_MAX_BODY,
         metavar="SIZE",
         help="largest request body accepted (default 64MiB)",
@@ -144,13 +143,6 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
     )
 
 
-def parse_listen(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen must be [host]:port, got {address!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104 - a Service fronts it
-
-
 def serve(config: ExtenderConfig, host: str, port: int, *, reuse_port: bool = False) -> None:
     """Run one server process until SIGTERM/SIGINT."""
     context: ssl.SSLContext | None = config.tls.server_context() if config.tls.enabled else None
@@ -165,7 +157,7 @@ def serve(config: ExtenderConfig, host: str, port: int, *, reuse_port: bool = Fa
     )
     web.run_app(
         make_app(config),
-        host=host,
+        host=host or None,  # None: every interface, both address families
         port=port,
         ssl_context=context,
         reuse_port=reuse_port,
@@ -223,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
-        host, port = parse_listen(args.listen)
+        host, port = listen_address(args.listen)
         if config.tls.enabled:
             config.tls.server_context()  # fail now, with a clear message, on bad files
         if args.workers < 1:

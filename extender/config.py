@@ -65,21 +65,3 @@ class ExtenderConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY
     tls: TLSConfig = field(default_factory=TLSConfig)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``500ms``, ``30s``, ``2m``, ``1h`` or a bare number of seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 30s, 2m)")
-    value = float(match.group(1))
-    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``1048576``, ``512KiB``, ``64MiB``, ``1GiB`` (also K/M/G as binary units)."""
-    match = re.fullmatch(r"\s*(\d+)\s*(KiB|MiB|GiB|K|M|G|B)?\s*", text)
-    if not match:
-        raise ValueError(f"not a size: {text!r} (use e.g. 64MiB)")
-    unit = (match.group(2) or "B").rstrip("iB") or "B"
-    return int(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit]

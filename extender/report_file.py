@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from extender.metrics import ExtenderMetrics
-from extender.reports import ReportStore, decode_reports
-from reporter.schema import NodeInterferenceReport
+from extender.reports import ReportStore
+from reporter.schema import NodeInterferenceReport, decode_reports
 
 log = logging.getLogger("mco.extender.report_file")
 

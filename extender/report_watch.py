@@ -20,13 +20,11 @@ from typing import Any
 import aiohttp
 import msgspec
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from extender.config import SourceConfig
 from extender.metrics import ExtenderMetrics
 from extender.reports import ReportStore
-from reporter.schema import GROUP, PLURAL, VERSION, NodeInterferenceReport
+from reporter.schema import GROUP, PLURAL, VERSION, NodeInterferenceReport, decode_report
 
 log = logging.getLogger("mco.extender.report_watch")
 
@@ -72,20 +70,6 @@ _event = msgspec.json.Decoder(_Event)
 _object = msgspec.json.Decoder(_Object)
 _status = msgspec.json.Decoder(_Status)
 _list = msgspec.json.Decoder(_List)
-_report = msgspec.json.Decoder(NodeInterferenceReport)
-
-
-async def api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """In-cluster credentials, else the kubeconfig given (or the default one)."""
-    configuration = k8s.Configuration()
-    if kubeconfig is None:
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return k8s.ApiClient(configuration)
-        except ConfigException:
-            pass
-    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return k8s.ApiClient(configuration)
 
 
 async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -221,6 +205,10 @@ class ReportWatch:
             if report is not None:
                 self._store.upsert(report)
                 self._metrics.report_loads.labels("watch", "ok").inc()
+            else:
+                # Its old version must not stay in force: a live entry there would be held
+                # fresh by the heartbeat for ever. A list drops such an object the same way.
+                self._store.remove(meta.name)
         elif kind == "DELETED":
             self._store.remove(meta.name)
         if meta.resource_version:
@@ -228,8 +216,8 @@ class ReportWatch:
 
     def _decode(self, raw: msgspec.Raw, source: str) -> NodeInterferenceReport | None:
         try:
-            return _report.decode(raw)
-        except msgspec.DecodeError as exc:
+            return decode_report(raw)
+        except ValueError as exc:
             self._metrics.report_loads.labels(source, "error").inc()
             log.error("report object rejected", extra={"err": str(exc)})
             return None

@@ -13,8 +13,6 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-import msgspec
-
 from reporter.schema import (
     CLUSTER_REPORT_NAME,
     LAYOUT_LABEL,
@@ -192,25 +190,3 @@ def _sample_time(known: KnownNode) -> float:
 def _guess_layout(report: NodeInterferenceReport) -> str:
     nodes = report.status.nodes
     return "per-node" if len(nodes) == 1 and report.metadata.name in nodes else "cluster"
-
-
-class _Document(msgspec.Struct):
-    """A report file: one NodeInterferenceReport, or a ``List`` of them (either layout)."""
-
-    kind: str = ""
-    items: list[NodeInterferenceReport] | None = None
-
-
-_document = msgspec.json.Decoder(_Document)
-_report = msgspec.json.Decoder(NodeInterferenceReport)
-
-
-def decode_reports(data: bytes) -> list[NodeInterferenceReport]:
-    """Reports in a file written by ``mco-reporter --output``; raises ValueError when invalid."""
-    try:
-        doc = _document.decode(data)
-        if doc.items is not None or doc.kind.endswith("List"):
-            return list(doc.items or [])
-        return [_report.decode(data)]
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise ValueError(f"not a NodeInterferenceReport or a List of them: {exc}") from exc

@@ -34,9 +34,12 @@ class Node(msgspec.Struct, gc=False):
 
     def facts(self, name: str = "") -> NodeFacts:
         meta = self.metadata
-        label = meta.labels.value if meta is not None and meta.labels is not None else None
-        node_name = name or (meta.name if meta is not None else "")
-        return NodeFacts(node_name, None if label is None else label == "true")
+        if meta is None:  # no Node object in the request: nothing known about its labels
+            return NodeFacts(name)
+        # The Node object came with the request: a missing label is evidence too (kata-deploy
+        # labels only the nodes it installed Kata on), so it reads as "not Kata-ready".
+        label = meta.labels.value if meta.labels is not None else None
+        return NodeFacts(name or meta.name, label == "true")
 
 
 class PodSpec(msgspec.Struct, rename="camel", gc=False):

@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
+from mco.flags import duration, listen_address, size
+from mco.kubeconfig import api_client as kube_client
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import add_tls_flags, tls_from_args
 from reporter.entries import EntryBuilder, Epsilon
@@ -42,23 +44,6 @@ from rulegen.model import ConfigError, DetectionRuleConfig
 log = logging.getLogger("mco.reporter")
 DEFAULT_LISTEN: Final = ":9849"
 _SA_NAMESPACE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-_DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """Seconds in ``250ms``, ``1s``, ``1.5s``, ``2m`` or a bare number of seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 500ms, 1s or 2m")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def size(text: str) -> int:
-    match = re.fullmatch(r"(\d+)(Ki|Mi)?", text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1048576, 900Ki or 1Mi")
-    return int(match.group(1)) * {"Ki": 1024, "Mi": 1 << 20, None: 1}[match.group(2)]
 
 
 def header(text: str) -> tuple[str, str]:
@@ -165,18 +150,6 @@ def source_config(args: argparse.Namespace) -> SourceConfig:
     )
 
 
-async def kube_client(kubeconfig: str | None) -> client.ApiClient:
-    cfg = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            await config.load_kube_config(client_configuration=cfg)
-    return client.ApiClient(configuration=cfg)
-
-
 def default_namespace() -> str:
     env = os.environ.get("POD_NAMESPACE")
     if env:
@@ -274,6 +247,9 @@ class Reporter:
                     Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
                 )
         outcome = Outcome(True)
+        # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
+        # reached every sink: a sink that fails or backs off leaves readers with old data.
+        delivered = False
         m.queries.inc(len(self.plan.exprs))
         try:
             snap = await fetch(self.source, self.plan, at)
@@ -290,11 +266,11 @@ class Reporter:
                 log.info("PromQL source answers again", extra={"after": self._source_error})
                 self._source_error = ""
             m.answer_bytes.inc(snap.answer_bytes)
+            delivered = True
             result = self.tracker.apply(snap)
             outcome.result = result
             m.changed_nodes.inc(result.changed)
             m.rule_config_mismatch.set(1 if result.rule_hash_mismatch else 0)
-            m.last_sync.set(at)
         m.nodes.set(result.nodes)
         m.stale_nodes.set(result.stale)
         m.lagging_nodes.set(result.lagging)
@@ -306,6 +282,7 @@ class Reporter:
                 m.object_bytes.set(self.file_sink.largest_object)
                 m.set_layout(self.file_sink.chooser.current)
             except OSError as exc:
+                delivered = False
                 m.errors.labels("file_write").inc()
                 outcome = Outcome(False, f"cannot write {self.file_sink.target}: {exc}", result)
         if self.kube_sink is not None:
@@ -320,10 +297,14 @@ class Reporter:
             if synced.layout:
                 m.set_layout(synced.layout)
             m.object_bytes.set(self.kube_sink.largest_object(view.entries))
+            if synced.errors or synced.skipped:
+                delivered = False
             if synced.errors and outcome.ok:
                 outcome = Outcome(
                     False, f"Kubernetes API write failed: {', '.join(synced.errors)}", result
                 )
+        if delivered:
+            m.last_sync.set(at)
         return self._done(outcome, cpu0, wall0)
 
     def _done(self, outcome: Outcome, cpu0: float, wall0: float) -> Outcome:
@@ -338,6 +319,7 @@ async def run(args: argparse.Namespace) -> int:
         src.validate()
         tls = tls_from_args(args)
         tls.validate()
+        listen = listen_address(args.listen) if args.listen else None
     except ValueError as exc:
         print(f"mco-reporter: {exc}", file=sys.stderr)
         return 2
@@ -415,13 +397,9 @@ async def run(args: argparse.Namespace) -> int:
                     print(f"mco-reporter: {outcome.message}", file=sys.stderr)
                     return 1
                 return 0
-            if args.listen:
-                host, _, port = args.listen.rpartition(":")
+            if listen is not None:
                 runner = await serve(
-                    metrics,
-                    host.strip("[]"),
-                    int(port),
-                    tls.server_context() if tls.enabled else None,
+                    metrics, *listen, tls.server_context() if tls.enabled else None
                 )
             return await _loop(reporter, elector, args.interval, metrics)
     finally:

@@ -23,16 +23,11 @@ from pathlib import Path
 import msgspec
 
 from reporter.layout import PER_NODE, LayoutChooser, whole_objects
-from reporter.schema import NodeEntry, NodeInterferenceReport, ReportList, format_time
+from reporter.schema import NodeEntry, ReportList, decode_reports, format_time
 from reporter.tracker import ReportView
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("mco.reporter.file")
-
-
-class _Document(msgspec.Struct):
-    kind: str = ""
-    items: list[NodeInterferenceReport] | None = None
 
 
 class FileSink:
@@ -54,13 +49,8 @@ class FileSink:
         except FileNotFoundError:
             return {}
         try:
-            doc = msgspec.json.decode(data, type=_Document)
-            items = (
-                doc.items
-                if doc.items is not None
-                else [msgspec.json.decode(data, type=NodeInterferenceReport)]
-            )
-        except msgspec.DecodeError as exc:
+            items = decode_reports(data)
+        except ValueError as exc:
             log.warning(
                 "existing --output file is not a report; starting empty", extra={"err": str(exc)}
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import msgspec
@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 from reporter.schema import GROUP, LAYOUT_LABEL, PLURAL, VERSION, NodeInterferenceReport, ReportList
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+_T = TypeVar("_T")
 
 # ApiError kinds (the ``kind`` label of mco_reporter_errors_total, prefixed ``api_``).
 CONFLICT: Final = "conflict"
@@ -31,8 +32,11 @@ FORBIDDEN: Final = "forbidden"
 THROTTLED: Final = "throttled"
 SERVER_ERROR: Final = "server_error"
 CONNECTION: Final = "connection"
+# An answer that is not the object we expect (hand-edited past the CRD's schema, another
+# version): reported and backed off like a server error, never a crash.
+MALFORMED: Final = "malformed"
 # After these the written state is unknown: read the object again before the next patch.
-UNCERTAIN: Final = frozenset({GONE, SERVER_ERROR, CONNECTION, THROTTLED})
+UNCERTAIN: Final = frozenset({GONE, SERVER_ERROR, CONNECTION, THROTTLED, MALFORMED})
 
 
 class ApiError(Exception):
@@ -60,6 +64,13 @@ _status = msgspec.json.Decoder(_Status)
 _slim = msgspec.json.Decoder(_Slim)
 _report = msgspec.json.Decoder(NodeInterferenceReport)
 _list = msgspec.json.Decoder(ReportList)
+
+
+def _decode(decoder: msgspec.json.Decoder[_T], data: bytes, what: str) -> _T:
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ApiError(MALFORMED, 200, f"{what} does not decode: {exc}") from exc
 
 
 def _kind(status: int, message: str) -> str:
@@ -138,7 +149,7 @@ class ReportApi:
             if exc.kind == NOT_FOUND:
                 return None
             raise
-        return _report.decode(data)
+        return _decode(_report, data, f"NodeInterferenceReport {name}")
 
     async def list_owned(self) -> list[NodeInterferenceReport]:
         """Every report carrying the layout label (the reporter's own objects)."""
@@ -149,7 +160,7 @@ class ReportApi:
             PLURAL,
             label_selector=LAYOUT_LABEL,
         )
-        return _list.decode(data).items
+        return _decode(_list, data, "NodeInterferenceReport list").items
 
     async def create(self, name: str, labels: dict[str, str]) -> NodeInterferenceReport:
         """A new, empty object (a real API server ignores ``status`` on create)."""
@@ -162,7 +173,7 @@ class ReportApi:
         data = await self._call(
             self._api.create_cluster_custom_object, GROUP, VERSION, PLURAL, body
         )
-        return _report.decode(data)
+        return _decode(_report, data, f"NodeInterferenceReport {name}")
 
     async def patch_status(self, name: str, body: dict[str, Any]) -> str:
         """Merge-patch the status subresource; returns the new resourceVersion."""
@@ -176,7 +187,7 @@ class ReportApi:
             body,
             _content_type=MERGE_PATCH,
         )
-        return _slim.decode(data).metadata.resourceVersion
+        return _decode(_slim, data, "patch answer").metadata.resourceVersion
 
     async def patch_labels(self, name: str, labels: dict[str, str], rv: str | None) -> str:
         body: dict[str, Any] = {"metadata": {"labels": labels}}
@@ -192,7 +203,7 @@ class ReportApi:
             body,
             _content_type=MERGE_PATCH,
         )
-        return _slim.decode(data).metadata.resourceVersion
+        return _decode(_slim, data, "patch answer").metadata.resourceVersion
 
     async def delete(self, name: str) -> None:
         self.stats.add("delete", 0)

@@ -76,7 +76,7 @@ class ReporterMetrics:
         )
         self.last_sync = Gauge(
             series.REPORTER_LAST_SYNC,
-            "Unix time of the last successful sync (the report's heartbeat).",
+            "Unix time of the last cycle whose heartbeat was written (query and write succeeded).",
             registry=r,
         )
         self.layout = Gauge(

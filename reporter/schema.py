@@ -105,8 +105,35 @@ class ReportList(msgspec.Struct, rename="camel"):
     kind: str = "List"
 
 
-def decode_report(data: bytes | str) -> NodeInterferenceReport:
-    return msgspec.json.decode(data, type=NodeInterferenceReport)
+class _Document(msgspec.Struct):
+    """Either form a report document takes: one object, or a ``List`` of them."""
+
+    kind: str = ""
+    items: list[NodeInterferenceReport] | None = None
+
+
+_document = msgspec.json.Decoder(_Document)
+_report = msgspec.json.Decoder(NodeInterferenceReport)
+
+
+def decode_report(data: bytes) -> NodeInterferenceReport:
+    """One report object; ValueError when ``data`` is not one."""
+    try:
+        return _report.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
+        raise ValueError(f"not a NodeInterferenceReport: {exc}") from exc
+
+
+def decode_reports(data: bytes) -> list[NodeInterferenceReport]:
+    """The reports in a document of either form (what ``mco-reporter --output`` writes, and
+    what ``kubectl get -o json`` prints); ValueError when it is neither."""
+    try:
+        doc = _document.decode(data)
+        if doc.items is not None or doc.kind.endswith("List"):
+            return list(doc.items or [])
+        return [_report.decode(data)]
+    except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError is a DecodeError
+        raise ValueError(f"not a NodeInterferenceReport or a List of them: {exc}") from exc
 
 
 def encode(obj: object) -> bytes:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
-from kubernetes_asyncio import client
-from kubernetes_asyncio import config as kube_config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from mco.flags import listen_address
+from mco.kubeconfig import api_client
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import TLSConfig, add_tls_flags, tls_from_args
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
@@ -26,14 +26,6 @@ from rulegen.render import render_prometheusrule, render_rules
 
 DEFAULT_LISTEN = ":9850"
 log = logging.getLogger("mco.rulegen")
-
-
-def parse_listen(address: str) -> tuple[str, int]:
-    """``[host]:port`` (an empty host listens on every interface, as node_exporter does)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address must be [host]:port, got {address!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104
 
 
 def _labels(pairs: Sequence[str]) -> dict[str, str]:
@@ -141,17 +133,8 @@ def make_metrics_app(
     return app
 
 
-async def _api_client(args: argparse.Namespace) -> client.ApiClient:
-    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    return await kube_config.new_client_from_config(
-        config_file=args.kubeconfig, context=args.context
-    )
-
-
 async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
-    host, port = parse_listen(args.listen)
+    host, port = listen_address(args.listen)
     settings = ControllerSettings(
         rule_name=args.prometheusrule_name,
         rule_namespace=args.prometheusrule_namespace,
@@ -159,13 +142,13 @@ async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
         config_name=args.config_name,
         resync_seconds=parse_duration(args.resync),
     )
-    api = await _api_client(args)
+    api = await api_client(args.kubeconfig, args.context)
     metrics = ControllerMetrics()
     controller = RuleConfigController(api, settings, metrics)
     runner = web.AppRunner(make_metrics_app(metrics, controller), access_log=None)
     await runner.setup()
     site = web.TCPSite(
-        runner, host, port, ssl_context=tls.server_context() if tls.enabled else None
+        runner, host or None, port, ssl_context=tls.server_context() if tls.enabled else None
     )
     try:
         await site.start()
@@ -207,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tls.validate()
         _labels(args.prometheusrule_label)
         parse_duration(args.resync)
-        parse_listen(args.listen)
+        listen_address(args.listen)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         log.error("bad flags", extra={"err": str(exc)})
         return 2

@@ -45,6 +45,14 @@ MEMORY_PRESSURE_FALLBACK: Final = "node:mco_memory_pressure_fallback:bool"
 INTERFERENCE_LEVEL: Final = "node:mco_interference_level:ratio"
 HARD_CONSTRAINT_VIOLATED: Final = "node:mco_hard_constraint_violated:bool"  # {constraint}
 SCHEDULE_SCORE: Final = "node:mco_schedule_score"
+# Intermediate series, recorded so that the rules after them read each raw series once per
+# evaluation instead of once per rule (see docs/detection-model.md, "Intermediate series").
+# Per (node, device, le): the eBPF latency buckets' rate over the window, summed over
+# operations; both latency quantiles are computed from it.
+BLOCK_IO_LATENCY_BUCKET_RATE: Final = "node_device:mco_block_io_latency_seconds_bucket:rate"
+# Per node, constant 1: the node set (``group by (node)`` of NODE_INFO), which every rule that
+# must give a value on every node reads.
+NODE_SET: Final = "node:mco_node:info"
 # Constant 1 with labels ``generation`` and ``hash``: which DetectionRuleConfig the rules encode,
 # so readers know what Prometheus is actually evaluating.
 RULE_CONFIG_INFO: Final = "mco:rule_config:info"

@@ -32,6 +32,7 @@ BUCKET_BOUNDS = tuple(2**k / 1e6 for k in range(MIN_SLOT, MAX_SLOT + 1))
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 DEFAULT_BCC_PATH = "/usr/lib/python3/dist-packages"
 MINORBITS = 20  # the kernel's dev_t: major << 20 | minor
+MINOR_MASK = (1 << MINORBITS) - 1
 
 
 def load_bcc(fallback_dir: str) -> Any:
@@ -112,7 +113,7 @@ class BiolatencyCollector:
     def _device(self, dev: int) -> str:
         name = self._names.get(dev)
         if name is None:
-            major, minor = dev >> MINORBITS, dev & ((1 << MINORBITS) - 1)
+            major, minor = dev >> MINORBITS, dev & MINOR_MASK
             name = f"{major}:{minor}"
             try:
                 uevent = read_text(self._sysfs.sys("dev", "block", f"{major}:{minor}", "uevent"))
@@ -124,10 +125,33 @@ class BiolatencyCollector:
             self._names[dev] = name
         return name
 
+    def _gone(self, devs: set[int]) -> set[int]:
+        """Devices no longer in ``/sys/dev/block`` (a detached volume, a removed loop device).
+
+        Their histograms stop growing, but the kernel map (a plain hash of fixed size) would
+        keep their keys for ever: on a node that attaches and detaches volumes it fills up, and
+        the kernel then drops new keys, such as the first request in a slower latency slot.
+        """
+        block = self._sysfs.sys("dev", "block")
+        if not os.path.isdir(block):
+            return set()  # cannot tell: keep everything
+        return {
+            dev
+            for dev in devs
+            if not os.path.exists(os.path.join(block, f"{dev >> MINORBITS}:{dev & MINOR_MASK}"))
+        }
+
     def update(self) -> list[Metric]:
         slots: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-        for key, value in self._dist.items():
+        keys = list(self._dist.items())
+        gone = self._gone({key.dev for key, _ in keys})
+        for key, value in keys:
+            if key.dev in gone:
+                self._dist.pop(key, None)
+                continue
             slots[(key.dev, key.op)][key.slot] = value.value
+        for dev in gone:
+            self._names.pop(dev, None)  # the number may come back as another device
         family = HistogramMetricFamily(
             "mco_block_io_latency_seconds",
             "Block request latency from issue to completion (eBPF), by device and operation.",

@@ -13,7 +13,7 @@ from exporter.cli import build_parser as exporter_parser
 from exporter.registry import specs
 from extender import print_config
 from extender.cli import build_parser as extender_parser
-from extender.cli import parse_listen
+from mco.flags import listen_address
 from rulegen.model import DetectionRuleConfig
 from tests.chart.helm import merge, render, render_scenario, scenario_values
 
@@ -50,7 +50,7 @@ def test_extender_accepts_the_chart_arguments_and_follows_the_model() -> None:
     c = container(render_scenario("full"), "Deployment", "-extender")
     assert c["command"] == ["mco-extender"]
     args = extender_parser().parse_args(c["args"])
-    assert parse_listen(args.listen)[1] == 9848
+    assert listen_address(args.listen)[1] == 9848
     assert args.workers == 1
     default = DetectionRuleConfig.default()
     assert args.stale_after == default.report.stale_after

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import subprocess
@@ -104,3 +105,73 @@ def test_real_ebpf_counts_direct_writes(tmp_path: Path) -> None:
         assert {s.labels["le"] for s in buckets} >= {"+Inf", repr(BUCKET_BOUNDS[0])}
     finally:
         collector.close()
+
+
+LOOP_CTL_ADD, LOOP_CTL_REMOVE = 0x4C80, 0x4C81
+
+
+def _new_loop_device() -> int:
+    """A loop device of its own (index from 200 up), so removing it disturbs nothing."""
+    fd = os.open("/dev/loop-control", os.O_RDWR)
+    try:
+        for index in range(200, 256):
+            try:
+                return fcntl.ioctl(fd, LOOP_CTL_ADD, index)
+            except FileExistsError:
+                continue
+    finally:
+        os.close(fd)
+    pytest.skip("no free loop device index")
+
+
+def _remove_loop_device(index: int) -> None:
+    fd = os.open("/dev/loop-control", os.O_RDWR)
+    try:
+        fcntl.ioctl(fd, LOOP_CTL_REMOVE, index)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_a_device_that_goes_away_leaves_the_kernel_map(tmp_path: Path) -> None:
+    """The histogram map is a fixed-size hash: keys of removed devices must not pile up in it
+    (once full, the kernel drops new keys, e.g. the first request in a slower slot)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/loop-control"):
+        pytest.skip("needs root and the loop driver")
+    index = _new_loop_device()
+    loop, name = f"/dev/loop{index}", f"loop{index}"
+    sysfs = f"/sys/dev/block/7:{index}"
+    backing = tmp_path / "disk.img"
+    backing.write_bytes(b"\0" * (8 << 20))
+    collector = _collector()
+    try:
+        subprocess.run(["losetup", loop, str(backing)], check=True, capture_output=True)
+        try:
+            subprocess.run(
+                ["dd", "if=/dev/zero", f"of={loop}", "bs=64k", "count=50", "oflag=direct"],
+                check=True,
+                capture_output=True,
+            )
+        finally:
+            subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
+        deadline = time.monotonic() + 5
+        while name not in _count(collector, "write")[1] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert name in _count(collector, "write")[1]
+        dev = 7 << 20 | index
+        assert any(key.dev == dev for key in collector._dist)
+        for _ in range(50):  # the detach completes asynchronously: removal may be refused
+            try:
+                _remove_loop_device(index)
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert not os.path.exists(sysfs)
+        assert name not in _count(collector, "write")[1]
+        assert not any(key.dev == dev for key in collector._dist)
+    finally:
+        collector.close()
+        if os.path.exists(sysfs):
+            subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
+            _remove_loop_device(index)

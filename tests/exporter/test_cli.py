@@ -151,3 +151,19 @@ def test_tls_and_client_certificates(tmp_path: Path) -> None:
             socket.create_connection(("127.0.0.1", port)) as raw,
         ):
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+@pytest.mark.slow
+def test_no_host_serves_ipv4_and_ipv6(tmp_path: Path) -> None:
+    """`:PORT` listens on every interface of both families (IPv6-only clusters exist)."""
+    if not socket.has_ipv6 or not Path("/proc/net/if_inet6").exists():
+        pytest.skip("this kernel has IPv6 disabled; the IPv4 fallback is what runs")
+    port = free_port()
+    proc = Managed(
+        [*EXPORTER, f"--web.listen-address=:{port}", "--no-collector.biolatency"],
+        name="mco-exporter",
+        log_path=tmp_path / "exporter.log",
+    )
+    with proc:
+        proc.wait_http(f"http://127.0.0.1:{port}/metrics", timeout=30)
+        assert "mco_node_info" in requests.get(f"http://[::1]:{port}/metrics", timeout=10).text

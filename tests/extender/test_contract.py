@@ -81,6 +81,19 @@ async def test_predicate_kata_pod(client):
     assert (await post(client, "/volcano/predicate", labelled))[2] == b'{"status":"","code":0}'
     unlabelled = bodies.volcano_predicate("fresh-node", runtime_class="kata-qemu", kata=False)
     assert json.loads((await post(client, "/volcano/predicate", unlabelled))[2])["code"] == 3
+    # kata-deploy labels only the nodes it installed Kata on: on a node with no report, a Node
+    # object without the label is evidence too, and the Kata pod is kept off it.
+    plain = bodies.volcano_predicate("fresh-node", runtime_class="kata-qemu", kata=None)
+    answer = json.loads((await post(client, "/volcano/predicate", plain))[2])
+    assert answer["code"] == 3 and "Kata-ready" in answer["status"]
+    # Only a name-only request carries no evidence: fail-open passes it (neutral score).
+    names = bodies.kube_args(["fresh-node"], runtime_class="kata-qemu")
+    assert json.loads((await post(client, "/scheduler/filter", names))[2])["NodeNames"] == [
+        "fresh-node"
+    ]
+    full = bodies.kube_args(["fresh-node"], node_cache_capable=False, runtime_class="kata-qemu")
+    answer = json.loads((await post(client, "/scheduler/filter", full))[2])
+    assert answer["Nodes"]["items"] == [] and "fresh-node" in answer["FailedAndUnresolvableNodes"]
 
 
 async def test_predicate_unknown_and_stale_nodes_pass(client):

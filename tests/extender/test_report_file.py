@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from extender.app import STORE
-from extender.reports import ReportStore, decode_reports
-from reporter.schema import NodeEntry, encode
+from extender.app import SOURCE, STORE
+from extender.reports import ReportStore
+from reporter.schema import NodeEntry, decode_reports, encode
 from tests.extender import bodies
 from tests.extender.conftest import (
     cluster_report,
@@ -83,7 +83,9 @@ def test_decode_one_object_or_a_list():
 @pytest.mark.parametrize(
     "data",
     [b"", b"{", b"[]", b'{"metadata": {}}', b'{"kind":"List","items":[{"status":{}}]}',
-     b'{"metadata":{"name":"c"},"status":{"nodes":{"a":{"level":0.1}}}}'],
+     b'{"metadata":{"name":"c"},"status":{"nodes":{"a":{"level":0.1}}}}',
+     b'{"metadata":{"name":"c"},"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+    ids=["empty", "truncated", "array", "no-name", "no-metadata", "no-sample-time", "deep"],
 )  # fmt: skip
 def test_decode_rejects_what_is_not_a_report(data):
     with pytest.raises(ValueError, match="not a NodeInterferenceReport"):
@@ -165,3 +167,21 @@ async def test_per_node_list_with_the_heartbeat_object_first(serve, tmp_path):
     await wait_for(lambda: store.heartbeat < now - 30, what="the old heartbeat")
     raw = await (await client.post("/scheduler/prioritize", data=bodies.kube_args(["a"]))).read()
     assert json.loads(raw) == [{"Host": "a", "Score": 5}]
+
+
+async def test_a_report_source_that_dies_fails_the_liveness_probe(serve, tmp_path):
+    """The source runs as a background task; should it ever end with an error, /healthz says
+    so (the kubelet restarts the pod) instead of the extender serving ever older data."""
+    path = tmp_path / "report.json"
+    write_reports(path, [cluster_report({"a": entry(0.1)})])
+    client = await serve(file_config(path))
+    assert (await client.get("/healthz")).status == 200
+
+    def broken(changes: object) -> None:
+        raise RuntimeError("a bug in a listener")
+
+    client.server.app[STORE].subscribe(broken)
+    write_reports(path, [cluster_report({"a": entry(0.5)})])
+    await wait_for(lambda: client.server.app[SOURCE].done(), what="the source to stop")
+    response = await client.get("/healthz")
+    assert response.status == 503 and "report source" in await response.text()

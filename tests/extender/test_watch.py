@@ -196,3 +196,23 @@ async def test_a_heartbeat_alone_keeps_live_entries_fresh(kmock, kubeconfig, ser
     store = client.server.app[STORE]
     await wait_for(lambda: store.heartbeat > started, what="the heartbeat")
     assert await score(client, "a") == 9
+
+
+async def test_an_object_whose_update_is_rejected_no_longer_counts(kmock, kubeconfig, serve):
+    """A per-node object whose new version cannot be decoded must not keep serving its old,
+    live entry: the heartbeat keeps moving, so that entry would look fresh forever. Dropped,
+    the node gets the missing-data verdict (neutral), as a rejected object in a list does."""
+    now = time.time()
+    (b,) = per_node_reports({"b": entry(0.1, live=True)})
+    kmock.objects[RES, None, "cluster"] = as_object(cluster_report({}, heartbeat=now))
+    kmock.objects[RES, None, "b"] = as_object(b)
+    client = await serve(api_config(kubeconfig))
+    store = client.server.app[STORE]
+    assert await score(client, "b") == 9
+    await kmock.patch(f"{URL}/b", json={"status": {"nodes": {"b": {"level": "high"}}}})
+    await wait_for(lambda: store.get("b") is None, what="the rejected object to be dropped")
+    await kmock.patch(f"{URL}/cluster", json={"status": {"lastSyncTime": rfc3339(time.time())}})
+    await wait_for(lambda: store.heartbeat > now, what="the heartbeat")
+    assert await score(client, "b") == 5
+    text = await (await client.get("/metrics")).text()
+    assert 'mco_extender_report_loads_total{result="error",source="watch"} 1.0' in text

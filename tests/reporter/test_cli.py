@@ -12,12 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 import trustme
 
-from reporter.cli import build_parser, duration, run
+from reporter.cli import Reporter, build_parser, run
 from reporter.query import Kind, Plan
 from rulegen import series
 from scripts.procs import free_port
@@ -30,12 +31,6 @@ PLAN = Plan(compact=False)
 
 async def once(*argv: str) -> int:
     return await run(build_parser().parse_args(["--once", *argv]))
-
-
-def test_durations() -> None:
-    assert duration("250ms") == 0.25 and duration("2m") == 120 and duration("1.5") == 1.5
-    with pytest.raises(Exception, match="duration"):
-        duration("soon")
 
 
 @pytest.mark.parametrize(
@@ -257,3 +252,60 @@ async def test_a_new_rule_config_applies_its_limits_after_a_restart(tmp_path: Pa
         assert await once(*argv) == 0
         (violation,) = json.loads(out.read_text())["status"]["nodes"]["a"]["violations"]
         assert violation["limit"] == 0.6
+
+
+async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
+    kapi, api_client, tmp_path: Path
+) -> None:
+    """mco_reporter_last_sync_timestamp_seconds feeds MCOReportStale: a cycle whose query
+    worked but whose write failed (or was skipped while backing off) must not move it, else
+    the alert stays silent while every reader sees an old report."""
+    from reporter.entries import Epsilon
+    from reporter.filesink import FileSink
+    from reporter.kubeapi import ReportApi
+    from reporter.kubesink import KubeSink
+    from reporter.layout import LayoutChooser
+    from reporter.metrics import ReporterMetrics
+    from reporter.promql import PromQLClient, SourceConfig
+    from reporter.ruleconfig import RuleConfigSource
+
+    def gauge(metrics: ReporterMetrics) -> float:
+        value = metrics.registry.get_sample_value(series.REPORTER_LAST_SYNC)
+        assert value is not None
+        return value
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {"a": quiet_values(PLAN)}
+
+        def reporter(**sinks: Any) -> Reporter:
+            return Reporter(
+                source=source,
+                rules=RuleConfigSource(),
+                plan=PLAN,
+                epsilon=Epsilon(),
+                metrics=ReporterMetrics(),
+                **sinks,
+            )
+
+        sink = KubeSink(ReportApi(api_client), LayoutChooser("cluster"), backoff_base=60.0)
+        kube = reporter(kube_sink=sink)
+        kapi.fail("update", 403, times=1)
+        assert not (await kube.cycle(at=time.time())).ok
+        assert gauge(kube.metrics) == 0  # the query worked; the write did not
+        assert (await kube.cycle(at=time.time())).ok  # backing off: nothing is written
+        assert gauge(kube.metrics) == 0
+        sink.retry_at = 0.0
+        at = time.time()
+        assert (await kube.cycle(at=at)).ok
+        assert gauge(kube.metrics) == at
+        assert kapi.reports()["cluster"]["status"]["lastSyncTime"]
+
+        blocked = tmp_path / "not-a-directory"
+        blocked.write_text("")
+        file = reporter(file_sink=FileSink(str(blocked / "report.json"), LayoutChooser("cluster")))
+        assert not (await file.cycle(at=time.time())).ok
+        assert gauge(file.metrics) == 0
+        writable = reporter(file_sink=FileSink(str(tmp_path / "r.json"), LayoutChooser("cluster")))
+        at = time.time()
+        assert (await writable.cycle(at=at)).ok
+        assert gauge(writable.metrics) == at

@@ -10,12 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from extender.reports import decode_reports
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.query import Kind, Plan
-from reporter.schema import entry_time, heartbeat_of, parse_time
+from reporter.schema import decode_reports, entry_time, heartbeat_of, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from tests.reporter.conftest import validate_object

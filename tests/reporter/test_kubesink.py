@@ -322,3 +322,16 @@ async def test_no_write_when_not_allowed(kapi, api_client) -> None:
     result = await rig.cycle({"a": node(0.1)})
     assert result.skipped and kapi.reports() == {}
     assert not [r for r in kapi if r.method != enums.method.GET]
+
+
+async def test_an_object_that_does_not_decode_is_an_error_not_a_crash(kapi, api_client) -> None:
+    """A hand edit the CRD let through in a shape the reporter cannot read (here a level that
+    is a string) fails the write with kind ``malformed`` and a backoff; the reporter lives on."""
+    rig = Rig(api_client)
+    await rig.cycle({"a": node(0.1)})
+    bad = stored(kapi)["cluster"]
+    bad["status"]["nodes"]["a"]["level"] = "high"
+    kapi.objects[(REPORTS, None, "cluster")] = bad
+    rig.sink.forget()  # a restart: the next write starts with a fresh read
+    result = await rig.cycle({"a": node(0.2)})
+    assert result.errors == ["malformed"] and rig.sink.retry_at > rig.clock.now

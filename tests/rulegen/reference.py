@@ -41,6 +41,9 @@ class NodeResult:
     level: float | None = None
     score: float | None = None
     hard: dict[str, float] = field(default_factory=dict)
+    # Intermediate series: bucket rates per (device, le) summed over operations; the node set.
+    bucket_rates: dict[tuple[str, str], float] = field(default_factory=dict)
+    in_node_set: bool = False
 
 
 def extrapolated_rate(
@@ -199,9 +202,19 @@ def signals(obs: Sequence[Obs]) -> dict[str, float]:
     return out
 
 
+def bucket_rates(obs: Sequence[Obs]) -> dict[tuple[str, str], float]:
+    """Per (device, le string): the buckets' rates summed over operations (and copies)."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for o in _by(obs, "mco_block_io_latency_seconds_bucket"):
+        if o.rate is not None:
+            device, le = o.key("device", "le")
+            out[(device, le)] += o.rate
+    return dict(out)
+
+
 def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
     values = signals(obs)
-    result = NodeResult()
+    result = NodeResult(bucket_rates=bucket_rates(obs), in_node_set=bool(_by(obs, S.NODE_INFO)))
     for key, value in values.items():
         result.signals[S.SIGNAL_SERIES.get(key) or S.CONTEXT_SERIES[key]] = value
     available = [o.last for o in _by(obs, "mco_pressure_available") if o.last is not None]
@@ -262,6 +275,10 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         out[(S.SCHEDULE_SCORE, ())] = result.score
     for constraint, value in result.hard.items():
         out[(S.HARD_CONSTRAINT_VIOLATED, (("constraint", constraint),))] = value
+    for (device, le), value in result.bucket_rates.items():
+        out[(S.BLOCK_IO_LATENCY_BUCKET_RATE, (("device", device), ("le", le)))] = value
+    if result.in_node_set:
+        out[(S.NODE_SET, ())] = 1.0
     return out
 
 
@@ -275,4 +292,6 @@ RECORDED_NAMES = (
     S.INTERFERENCE_LEVEL,
     S.SCHEDULE_SCORE,
     S.HARD_CONSTRAINT_VIOLATED,
+    S.BLOCK_IO_LATENCY_BUCKET_RATE,
+    S.NODE_SET,
 )

@@ -112,3 +112,28 @@ def test_suite_catches_a_changed_model(tmp_path, change):
     result = run_suites(tmp_path, render_rules(from_spec(spec), generation=7), "signals.test.yaml")
     assert result.returncode != 0
     assert "FAILED" in result.stdout + result.stderr
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading (lower case, spaces to dashes, punctuation gone)."""
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def test_every_alert_links_to_its_own_runbook_section():
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    anchors = {_anchor(line.lstrip("#")) for line in runbook.splitlines() if line.startswith("## ")}
+    config = DetectionRuleConfig.default()
+    alerts = [
+        rule
+        for group in yaml.safe_load(render_rules(config))["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+    assert len(alerts) >= 7
+    for rule in alerts:
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(config.alerts.runbook_url + "#"), url
+        anchor = url.partition("#")[2]
+        assert anchor == rule["alert"].lower(), url
+        assert anchor in anchors, f"{rule['alert']}: no '## {rule['alert']}' in docs/runbook.md"

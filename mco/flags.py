@@ -1,0 +1,45 @@
+"""Command-line values every MCO console script spells the same way: durations, sizes and
+listen addresses. Each function is an argparse ``type=`` (its message is what argparse prints)
+and raises ``FlagError``, a ValueError, when called directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Final
+
+_DURATION: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
+_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE: Final = re.compile(r"\s*(\d+)\s*(Ki|Mi|Gi|KiB|MiB|GiB|K|M|G|B)?\s*")
+_BYTES: Final = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+class FlagError(ValueError, argparse.ArgumentTypeError):
+    """A flag value that does not parse; the message says what was expected."""
+
+
+def duration(text: str) -> float:
+    """Seconds in ``250ms``, ``1s``, ``1.5s``, ``2m``, ``1h`` or a bare number of seconds."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise FlagError(f"{text!r} is not a duration like 500ms, 1s or 2m")
+    return float(match.group(1)) * _SECONDS[match.group(2) or "s"]
+
+
+def size(text: str) -> int:
+    """Bytes in ``1048576``, ``900Ki``, ``1Mi``, ``64MiB``, ``1GiB`` (K, M, G: binary units)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise FlagError(f"{text!r} is not a size like 1048576, 900Ki, 1Mi or 64MiB")
+    unit = (match.group(2) or "").removesuffix("B").removesuffix("i")
+    return int(match.group(1)) * _BYTES[unit or "B"]
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``[host]:port`` -> (host, port). No host (node_exporter's ``:9847``) gives ``""``: every
+    interface, IPv4 and IPv6, so the servers work in IPv6-only and dual-stack clusters too."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise FlagError(f"listen address must be [host]:port, got {text!r}")
+    return host.strip("[]"), int(port)
