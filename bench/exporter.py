@@ -80,6 +80,12 @@ def main(argv: list[str]) -> int:
                 [sys.executable, "-m", "bench.exporter_aiohttp", *MCO_ARGS], "mco-aiohttp", workdir
             ),
         }
+        # Informational: the default configuration, eBPF collector on (more series per scrape,
+        # and the memory bcc's compiler leaves behind, see exporter/compiler_memory.py).
+        with_ebpf = "mco, biolatency on (default; informational)"
+        servers[with_ebpf] = start(
+            [sys.executable, "-m", "exporter", "--log.level=warn"], "mco-ebpf", workdir
+        )
         try:
             sessions = {name: requests.Session() for name in servers}
             for name, (proc, url) in servers.items():  # warm up
@@ -98,11 +104,11 @@ def main(argv: list[str]) -> int:
                 proc.stop()
     baseline = statistics.median(per_scrape["node_exporter"])
     print(f"{rounds} rounds x {scrapes} scrapes per exporter, alternating; gzip as Prometheus asks")
-    print(f"{'server':34} {'CPU/scrape':>11} {'ratio':>7} {'RSS':>9} {'body':>8}")
+    print(f"{'server':46} {'CPU/scrape':>11} {'ratio':>7} {'RSS':>9} {'body':>8}")
     for name, values in per_scrape.items():
         median = statistics.median(values)
         print(
-            f"{name:34} {median * 1e3:9.3f}ms {median / baseline:7.2f} "
+            f"{name:46} {median * 1e3:9.3f}ms {median / baseline:7.2f} "
             f"{rss[name] / 2**20:7.1f}Mi {sizes[name]:7d}B"
         )
     mco = statistics.median(per_scrape["mco (prometheus_client server)"])

@@ -238,6 +238,17 @@ def _bench(workdir: Path, rounds: int, *, quick: bool) -> int:
             {k: f"{v}/volcano/prioritize" for k, v in base.items()},
             files["volcano"], rounds=rounds, requests_=5 if quick else 10, connections=1,
         )  # fmt: skip
+        # The same two under 16 concurrent connections: one process queues them, so this
+        # measures the queue too (what a burst of Volcano sessions, or several schedulers
+        # sharing one extender replica, would see).
+        kube16 = alternate(
+            {k: f"{v}/scheduler/prioritize" for k, v in base.items()},
+            files["kube"], rounds=2, requests_=200 if quick else 800, connections=16,
+        )  # fmt: skip
+        vol16 = alternate(
+            {k: f"{v}/volcano/prioritize" for k, v in base.items()},
+            files["volcano"], rounds=2, requests_=16 if quick else 48, connections=16,
+        )  # fmt: skip
 
     pred_ext, pred_null = merge(pred["extender"]), merge(pred["null"])
     throughput = statistics.median(
@@ -247,6 +258,8 @@ def _bench(workdir: Path, rounds: int, *, quick: bool) -> int:
     churn_ext, churn_null = merge(churn["extender"]), merge(churn["null"])
     vol_ext, vol_null = merge(vol["extender"]), merge(vol["null"])
     vol_ratio = vol_ext.mean / vol_null.mean
+    kube16_ext, kube16_null = merge(kube16["extender"]), merge(kube16["null"])
+    vol16_ext, vol16_null = merge(vol16["extender"]), merge(vol16["null"])
     results = {
         "predicate_body_bytes": sizes["predicate"],
         "predicate_rps": {
@@ -278,6 +291,21 @@ def _bench(workdir: Path, rounds: int, *, quick: bool) -> int:
             "null": round(vol_null.mean * 1e3, 1),
         },
         "volcano_prioritize_ratio": round(vol_ratio, 3),
+        "with_16_connections": {  # informational: the queue of one process
+            "kube_prioritize_p99_ms": {
+                "extender": round(kube16_ext.p99 * 1e3, 2),
+                "null": round(kube16_null.p99 * 1e3, 2),
+            },
+            "kube_prioritize_rps": {
+                "extender": round(kube16_ext.throughput),
+                "null": round(kube16_null.throughput),
+            },
+            "volcano_prioritize_mean_ms": {
+                "extender": round(vol16_ext.mean * 1e3, 1),
+                "null": round(vol16_null.mean * 1e3, 1),
+            },
+            "volcano_prioritize_ratio": round(vol16_ext.mean / vol16_null.mean, 3),
+        },
     }
     print(json.dumps(results, indent=2))
     checks = [

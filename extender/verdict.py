@@ -93,16 +93,18 @@ def decide(
     """``held_until``: Unix time up to which ``entry``'s values are known to hold
     (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time)."""
     if pod.wants_kata:
-        # Ready when the report or the node's label says so. With no evidence either way
-        # (unknown node, names-only request), fail-open lets it through to the neutral verdict.
+        # Ready when the report or the node's label says so, and only then: fail-open is about
+        # interference data, but a Kata pod on a node without Kata cannot even start, so no
+        # evidence (unknown node, names-only request) keeps it off as well.
         ready = node.kata_label or (entry is not None and entry.kata_ready)
-        evidence = entry is not None or node.kata_label is not None
-        if not ready and (evidence or config.fail_closed):
+        if not ready:
+            known = entry is not None or node.kata_label is not None
+            state = "is not Kata-ready" if known else "is not known to be Kata-ready (no report)"
             return _verdict(
                 False,
                 Reason.KATA_NOT_READY,
                 f"mco: runtimeClassName {pod.runtime_class} needs a Kata-ready node; "
-                f"node {node.name} is not Kata-ready",
+                f"node {node.name} {state}",
                 0.0,
                 True,
             )

@@ -129,7 +129,10 @@ def _fast_name(body: Body, pos: int) -> tuple[NodeInfo, int] | None:
     raw = bytes(body[pos + len(_NODE_START) : end])
     if not raw or b"\\" in raw:
         return None  # node names are DNS-1123 subdomains; anything escaped takes the full decode
-    return NodeInfo(raw.decode()), end
+    try:
+        return NodeInfo(raw.decode()), end
+    except UnicodeDecodeError:
+        return None  # not UTF-8: the full decode rejects the body with a 400
 
 
 def _name_end(body: Body, pos: int) -> int:

@@ -177,31 +177,19 @@ class ReportApi:
 
     async def patch_status(self, name: str, body: dict[str, Any]) -> str:
         """Merge-patch the status subresource; returns the new resourceVersion."""
-        self._count("patch", body)
-        data = await self._call(
-            self._api.patch_cluster_custom_object_status,
-            GROUP,
-            VERSION,
-            PLURAL,
-            name,
-            body,
-            _content_type=MERGE_PATCH,
-        )
-        return _decode(_slim, data, "patch answer").metadata.resourceVersion
+        return await self._merge_patch(self._api.patch_cluster_custom_object_status, name, body)
 
     async def patch_labels(self, name: str, labels: dict[str, str], rv: str | None) -> str:
         body: dict[str, Any] = {"metadata": {"labels": labels}}
         if rv:
             body["metadata"]["resourceVersion"] = rv
+        return await self._merge_patch(self._api.patch_cluster_custom_object, name, body)
+
+    async def _merge_patch(self, method: Any, name: str, body: dict[str, Any]) -> str:
+        """One merge patch (of the object or of its status); the new resourceVersion."""
         self._count("patch", body)
         data = await self._call(
-            self._api.patch_cluster_custom_object,
-            GROUP,
-            VERSION,
-            PLURAL,
-            name,
-            body,
-            _content_type=MERGE_PATCH,
+            method, GROUP, VERSION, PLURAL, name, body, _content_type=MERGE_PATCH
         )
         return _decode(_slim, data, "patch answer").metadata.resourceVersion
 

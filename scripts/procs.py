@@ -159,7 +159,47 @@ def scrape_configs(targets: Sequence[ScrapeTarget], **extra: Any) -> list[dict[s
     ]
 
 
-class Prometheus(Managed):
+class _PromQLServer(Managed):
+    """A server answering PromQL over HTTP (``/api/v1/query``) on 127.0.0.1:``port``."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
+        body = response.json()
+        if body.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The single value of a one-series query, or None when it returns nothing."""
+        result = self.query(expr, at)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise RuntimeError(f"{expr!r} returned {len(result)} series")
+        return float(result[0]["value"][1])
+
+    def wait_for_series(self, expr: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            found[:] = self.query(expr)
+            return bool(found)
+
+        wait_until(check, timeout=timeout, what=f"{expr!r} in {self.url}")
+        return found
+
+
+class Prometheus(_PromQLServer):
     """A real Prometheus (Debian's package) with a generated config."""
 
     def __init__(
@@ -196,10 +236,6 @@ class Prometheus(Managed):
             log_path=workdir / "prometheus.log",
         )
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def write_config(self) -> None:
         config = {
             "global": {
@@ -221,36 +257,6 @@ class Prometheus(Managed):
         self.write_config()
         requests.post(f"{self.url}/-/reload", timeout=10).raise_for_status()
 
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, str] = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
-        body = response.json()
-        if body.get("status") != "success":
-            raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def value(self, expr: str, at: float | None = None) -> float | None:
-        """The single value of a one-series query, or None when it returns nothing."""
-        result = self.query(expr, at)
-        if not result:
-            return None
-        if len(result) > 1:
-            raise RuntimeError(f"{expr!r} returned {len(result)} series")
-        return float(result[0]["value"][1])
-
-    def wait_for_series(self, expr: str, *, timeout: float = 30.0) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-
-        def check() -> bool:
-            found[:] = self.query(expr)
-            return bool(found)
-
-        wait_until(check, timeout=timeout, what=f"{expr!r} in Prometheus")
-        return found
-
 
 @contextlib.contextmanager
 def running(*servers: Managed) -> Iterator[None]:
@@ -266,36 +272,7 @@ def running(*servers: Managed) -> Iterator[None]:
             server.stop()
 
 
-class _PromQLClient:
-    """PromQL over HTTP (``/api/v1/query``), for servers other than Prometheus itself."""
-
-    @property
-    def url(self) -> str:
-        raise NotImplementedError
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, str] = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
-        body = response.json()
-        if body.get("status") != "success":
-            raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def wait_for_series(self, expr: str, *, timeout: float = 60.0) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-
-        def check() -> bool:
-            found[:] = self.query(expr)
-            return bool(found)
-
-        wait_until(check, timeout=timeout, what=f"{expr!r} in {self.url}")
-        return found
-
-
-class VictoriaMetrics(_PromQLClient, Managed):
+class VictoriaMetrics(_PromQLServer):
     """A real single-node VictoriaMetrics (Debian's package) that scrapes its targets itself.
 
     New samples are visible to queries after ``latency_offset`` (VictoriaMetrics' default is
@@ -334,10 +311,6 @@ class VictoriaMetrics(_PromQLClient, Managed):
             name="victoria-metrics",
             log_path=workdir / "victoria-metrics.log",
         )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def write_config(self) -> None:
         config = {

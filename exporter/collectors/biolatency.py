@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import HistogramMetricFamily
 
+from exporter.compiler_memory import captured_output, release_compiler_memory
 from exporter.errors import UnavailableError
 from exporter.paths import read_text
 from exporter.registry import CollectorConfig, Option, register
@@ -101,12 +102,18 @@ class BiolatencyCollector:
         if config.option("kernel-source"):
             os.environ["BCC_KERNEL_SOURCE"] = config.option("kernel-source")
         try:
-            self._bpf = bcc.BPF(text=PROGRAM.read_bytes())
+            with captured_output() as printed:
+                self._bpf = bcc.BPF(text=PROGRAM.read_bytes())
         except Exception as exc:
+            # bcc prints the cause (missing headers, a compile error), not in exc.
+            said = " ".join(printed.text.split()[-40:])
             raise UnavailableError(
-                f"BPF program failed to load: {str(exc).strip().splitlines()[-1]} "
-                "(kernel headers missing? set BCC_KERNEL_SOURCE; needs CAP_BPF and CAP_PERFMON)"
+                f"BPF program failed to load: {str(exc).strip().splitlines()[-1]}"
+                + (f"; bcc said: {said}" if said else "")
+                + " (kernel headers missing? set BCC_KERNEL_SOURCE; needs CAP_BPF and CAP_PERFMON)"
             ) from exc
+        finally:
+            release_compiler_memory()  # loaded or not, the compiler is never needed again
         self._dist = self._bpf[b"dist"]
         self._names: dict[int, str] = {}
 

@@ -86,11 +86,12 @@ async def test_predicate_kata_pod(client):
     plain = bodies.volcano_predicate("fresh-node", runtime_class="kata-qemu", kata=None)
     answer = json.loads((await post(client, "/volcano/predicate", plain))[2])
     assert answer["code"] == 3 and "Kata-ready" in answer["status"]
-    # Only a name-only request carries no evidence: fail-open passes it (neutral score).
-    names = bodies.kube_args(["fresh-node"], runtime_class="kata-qemu")
-    assert json.loads((await post(client, "/scheduler/filter", names))[2])["NodeNames"] == [
-        "fresh-node"
-    ]
+    # A name-only request about a node with no report carries no evidence of Kata: kept off
+    # too (a Kata pod on a node without Kata cannot start), as unresolvable.
+    names = bodies.kube_args(["fresh-node", "calm"], runtime_class="kata-qemu")
+    answer = json.loads((await post(client, "/scheduler/filter", names))[2])
+    assert answer["NodeNames"] == ["calm"]
+    assert "not known to be Kata-ready" in answer["FailedAndUnresolvableNodes"]["fresh-node"]
     full = bodies.kube_args(["fresh-node"], node_cache_capable=False, runtime_class="kata-qemu")
     answer = json.loads((await post(client, "/scheduler/filter", full))[2])
     assert answer["Nodes"]["items"] == [] and "fresh-node" in answer["FailedAndUnresolvableNodes"]

@@ -161,9 +161,11 @@ def test_kata_label_from_the_request_counts():
     not_ready = known(kata=False)
     assert judge(not_ready, runtime_class="kata-qemu", label=True).passed
     assert not judge(None, runtime_class="kata-qemu", label=False).passed
-    # Unknown node and no label: fail-open passes, fail-closed rejects.
-    assert judge(None, runtime_class="kata-qemu").passed
-    assert judge(None, runtime_class="kata-qemu", fail_closed=True).reason == Reason.KATA_NOT_READY
+    # Unknown node and no label: no evidence of Kata, rejected even when failing open.
+    for fail_closed in (False, True):
+        v = judge(None, runtime_class="kata-qemu", fail_closed=fail_closed)
+        assert not v.passed and v.reason == Reason.KATA_NOT_READY and v.unresolvable
+        assert "not known to be Kata-ready" in v.message
 
 
 def test_kata_readiness_from_a_stale_report_still_rejects():

@@ -169,3 +169,25 @@ def test_prioritize_bad_bodies(body):
 def test_predicate_bad_bodies(body):
     with pytest.raises(BadRequest):
         volcano.decode_predicate(body)
+
+
+def _large_with_bad_name(body: bytes, name: bytes) -> bytes:
+    """A body past the fast-path size whose node name is not UTF-8 (``name`` replaced)."""
+    bad = body.replace(b'"Name":"' + name + b'"', b'"Name":"n\xff\xfe"')
+    assert bad != body and len(bad) >= volcano.FAST_PATH_MIN_BYTES
+    return bad
+
+
+@pytest.mark.parametrize("runtime_class", [None, "kata-qemu"])
+def test_large_prioritize_with_invalid_utf8_is_a_bad_request(runtime_class):
+    """The fast paths meet bytes the full decode would refuse: they must fall back to it (a
+    400), never raise anything else (a 500)."""
+    body = bodies.volcano_prioritize(["n1", "n2"], runtime_class=runtime_class)
+    with pytest.raises(BadRequest):
+        volcano.decode_prioritize(_large_with_bad_name(body, b"n2"), CONFIG)
+
+
+def test_large_predicate_with_invalid_utf8_is_a_bad_request():
+    body = bodies.volcano_predicate("n1")
+    with pytest.raises(BadRequest):
+        volcano.decode_predicate(_large_with_bad_name(body, b"n1"))
