@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,13 +69,13 @@ print(json.dumps({"reason": reason, "compiler_rss": lib, "rss": rss}))
 """
 
 
-def _probe(kernel_source: str) -> dict[str, object]:
+def _probe(kernel_source: str) -> dict[str, Any]:
     env = {**os.environ, "BCC_KERNEL_SOURCE": kernel_source}
     done = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=120, check=True,
     )  # fmt: skip
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
