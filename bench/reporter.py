@@ -9,9 +9,12 @@ the real Kubernetes client) queries it at the fixed times T0+k and writes to an 
 Kubernetes API stand-in running in a child process (so its CPU is not counted).
 
 Measured per cycle: wall and CPU time of the reporter process, PromQL queries, bytes of the
-answer, bytes written to the API; and the JSON size of one object per layout.
-Baselines from the same run: CPU against ``json.loads`` of the same answer (the floor any
-Python reader pays), bytes against rewriting the whole report each cycle.
+answer, bytes written to the API; and the JSON size of one object per layout. The PromQL client
+runs as mco-reporter does by default, with gzip answers (``--no-compression``: plain JSON, as
+``--no-prometheus-compression``).
+Baselines from the same run: CPU against ``json.loads`` of the same answer, after gunzip when
+compression is on (the floor any Python reader pays), bytes against rewriting the whole report
+each cycle.
 Targets (issue 4): <= 3 queries per cycle; <= 250 ms CPU per cycle at 5,000 nodes; bytes per
 cycle proportional to the changed nodes (bytes per changed node within 1.5x across fleet sizes,
 and a no-change cycle independent of fleet size); no object over 1 MiB.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import multiprocessing
 import random
@@ -240,12 +244,12 @@ class FleetResult:
 
 
 async def _run_cycles(
-    prom_url: str, api_url: str, t0: int, steps: int, changed: list[set[str]]
+    prom_url: str, api_url: str, t0: int, steps: int, compression: bool
 ) -> tuple[list[Cycle], Reporter]:
     cfg = client.Configuration(host=api_url)
     async with (
         client.ApiClient(configuration=cfg) as api_client,
-        PromQLClient(SourceConfig(prom_url, timeout=60, compression=False)) as source,
+        PromQLClient(SourceConfig(prom_url, timeout=60, compression=compression)) as source,
     ):
         rules = RuleConfigSource()
         api = ReportApi(api_client, timeout=120)
@@ -296,8 +300,9 @@ async def _run_cycles(
         return cycles, reporter
 
 
-def _floor_cpu(prom: Prometheus, at: float) -> float:
-    """CPU of json.loads on the same answer: what merely reading it costs in Python."""
+def _floor_cpu(prom: Prometheus, at: float, compression: bool) -> float:
+    """CPU of json.loads on the same answer (gunzipped first when the reporter asks for gzip):
+    what merely reading it costs in Python."""
     import requests
 
     body = requests.post(
@@ -306,10 +311,11 @@ def _floor_cpu(prom: Prometheus, at: float) -> float:
         headers={"Accept-Encoding": "identity"},
         timeout=60,
     ).content
+    packed = gzip.compress(body) if compression else b""
     best = float("inf")
     for _ in range(3):
         c0 = time.process_time()
-        json.loads(body)
+        json.loads(gzip.decompress(packed) if compression else body)
         best = min(best, time.process_time() - c0)
     return best
 
@@ -335,8 +341,8 @@ def backfill(nodes: int, workdir: Path) -> tuple[Prometheus, int, list[set[str]]
     return prom, t0, changed
 
 
-def run_fleet(nodes: int, workdir: Path) -> FleetResult:
-    prom, t0, changed = backfill(nodes, workdir)
+def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResult:
+    prom, t0, _changed = backfill(nodes, workdir)
     steps = CHANGE_STEPS + QUIET_STEPS
     port = free_port()
     ctx = multiprocessing.get_context("spawn")
@@ -352,9 +358,9 @@ def run_fleet(nodes: int, workdir: Path) -> FleetResult:
             what="the backfilled fleet",
         )
         cycles, reporter = asyncio.run(
-            _run_cycles(prom.url, f"http://127.0.0.1:{port}", t0, steps, changed)
+            _run_cycles(prom.url, f"http://127.0.0.1:{port}", t0, steps, compression)
         )
-        floor = _floor_cpu(prom, t0 + steps)
+        floor = _floor_cpu(prom, t0 + steps, compression)
     finally:
         prom.stop()
         api_proc.terminate()
@@ -383,18 +389,25 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench reporter")
     parser.add_argument("--quick", action="store_true", help="200 and 1,000 nodes only")
     parser.add_argument("--nodes", type=int, nargs="*", default=None)
+    parser.add_argument(
+        "--compression",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="gzip PromQL answers, mco-reporter's default (--no-compression: plain JSON)",
+    )
     args = parser.parse_args(argv)
     sizes = args.nodes or ([200, 1000] if args.quick else [1000, 5000, 10000])
     if shutil.which("promtool") is None or shutil.which("prometheus") is None:
         print("prometheus and promtool are needed (scripts/setup-system.sh installs them)")
         return 1
     results: list[FleetResult] = []
+    print(f"PromQL answers: {'gzip (the default)' if args.compression else 'plain JSON'}")
     with tempfile.TemporaryDirectory(prefix="mco-bench-reporter-") as tmp:
         for n in sizes:
             workdir = Path(tmp) / str(n)
             workdir.mkdir()
             t = time.perf_counter()
-            results.append(run_fleet(n, workdir))
+            results.append(run_fleet(n, workdir, args.compression))
             print(f"  fleet of {n} nodes measured in {time.perf_counter() - t:.0f}s", flush=True)
     failures = report(results)
     for f in failures:

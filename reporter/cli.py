@@ -281,6 +281,7 @@ class Reporter:
                 m.file_bytes.inc(written)
                 m.object_bytes.set(self.file_sink.largest_object)
                 m.set_layout(self.file_sink.chooser.current)
+                m.object_over_limit.set(1 if self.file_sink.chooser.over_limit else 0)
             except OSError as exc:
                 delivered = False
                 m.errors.labels("file_write").inc()
@@ -297,6 +298,7 @@ class Reporter:
             if synced.layout:
                 m.set_layout(synced.layout)
             m.object_bytes.set(self.kube_sink.largest_object(view.entries))
+            m.object_over_limit.set(1 if self.kube_sink.chooser.over_limit else 0)
             if synced.errors or synced.skipped:
                 delivered = False
             if synced.errors and outcome.ok:

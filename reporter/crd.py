@@ -42,12 +42,23 @@ _HELP: Final[dict[str, str]] = {
     "ruleConfigGeneration": "Generation of the DetectionRuleConfig the source's rules encode.",
     "conditions": "SourceReachable and Synced.",
     "nodeCount": "Nodes in the whole report (on the object named cluster).",
+    "summary": "At-a-glance figures (the printer columns): the whole report on the object "
+    "named cluster, in both layouts; the one node on a per-node object.",
+    "status.summary.nodes": "Nodes this summary covers.",
+    "unschedulable": "Nodes with schedulable=false.",
+    "maxLevel": "Highest level among the nodes (absent when none has a level).",
+    "minScore": "Lowest score among the nodes (absent when none has a score).",
+    "stale": "Nodes a reader judged stale (older than staleAfter) at the last write; on the "
+    "object named cluster only.",
 }
+_COUNTS: Final = frozenset({"ruleConfigGeneration", "nodeCount", "nodes", "unschedulable", "stale"})
 _TIMES: Final = frozenset({"sampleTime", "lastSyncTime", "lastTransitionTime"})
 _BOUNDS: Final[dict[str, tuple[float, float]]] = {
     "level": (0, 1),
     "score": (0, 100),
     "index": (0, 1),
+    "maxLevel": (0, 1),
+    "minScore": (0, 100),
 }
 
 
@@ -84,13 +95,15 @@ def _structural(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
         out["type"] = "string"
     if out.get("required") == []:
         del out["required"]
-    if out.get("type") == "integer" and name == "ruleConfigGeneration":
+    if out.get("type") == "integer" and name in _COUNTS:
         out["minimum"] = 0
     if name in _TIMES:
         out["format"] = "date-time"
     if name in _BOUNDS:
         out["minimum"], out["maximum"] = _BOUNDS[name]
-    if name in _HELP and (name != "status" or path == "status"):
+    if path in _HELP:
+        out["description"] = _HELP[path]
+    elif name in _HELP and (name != "status" or path == "status"):
         out["description"] = _HELP[name]
     if out.get("type") == "object" and "properties" in out and "required" in out:
         out["required"] = sorted(out["required"])
@@ -119,18 +132,41 @@ def openapi_schema() -> dict[str, Any]:
 
 
 def _columns() -> list[dict[str, Any]]:
-    node = ".status.nodes.*"
+    """From ``status.summary``, never ``status.nodes.*`` (that is whichever node comes first:
+    a quiet one would hide a violating one on the cluster object)."""
+    summary = ".status.summary"
+    scope = "the whole report on the object named cluster, the node on a per-node object"
     return [
         {
-            "name": "Level",
-            "type": "number",
-            "jsonPath": f"{node}.level",
-            "description": "Interference level (per-node layout: this node; cluster layout: "
-            "one of the nodes).",
+            "name": "Nodes",
+            "type": "integer",
+            "jsonPath": f"{summary}.nodes",
+            "description": f"Nodes covered: {scope}.",
         },
-        {"name": "Score", "type": "number", "jsonPath": f"{node}.score"},
-        {"name": "Schedulable", "type": "boolean", "jsonPath": f"{node}.schedulable"},
-        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodeCount"},
+        {
+            "name": "Max Level",
+            "type": "number",
+            "jsonPath": f"{summary}.maxLevel",
+            "description": f"Highest interference level, 0-1 ({scope}).",
+        },
+        {
+            "name": "Min Score",
+            "type": "number",
+            "jsonPath": f"{summary}.minScore",
+            "description": f"Lowest schedule score, 0-100 ({scope}).",
+        },
+        {
+            "name": "Unschedulable",
+            "type": "integer",
+            "jsonPath": f"{summary}.unschedulable",
+            "description": f"Nodes breaking a hard constraint ({scope}).",
+        },
+        {
+            "name": "Stale",
+            "type": "integer",
+            "jsonPath": f"{summary}.stale",
+            "description": "Nodes whose data is older than staleAfter (object named cluster).",
+        },
         {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

@@ -2,10 +2,11 @@
 
 Per cycle it sends only what changed: for each object, a merge patch of the status subresource
 with the node entries that changed (a removed node patched to ``null``) and the top-level fields
-that changed; the heartbeat (``lastSyncTime`` of the ``cluster`` object) is the one write that
-happens every cycle. Every patch carries the ``resourceVersion`` it was computed against, so a
-write that raced another writer (an old leader, a person) fails with 409 and is retried on a
-fresh read instead of silently mixing states.
+that changed (among them ``summary``, patched only when it changes); the heartbeat
+(``lastSyncTime`` of the ``cluster`` object) is the one write that happens every cycle. Every
+patch carries the ``resourceVersion`` it was computed against, so a write that raced another
+writer (an old leader, a person) fails with 409 and is retried on a fresh read instead of
+silently mixing states.
 
 Order matters to readers: node objects are written before the heartbeat, and the heartbeat does
 not advance if any node write failed (else an old entry would look current). Objects that the
@@ -25,10 +26,24 @@ from typing import Any, Final
 
 import msgspec
 
-from reporter.kubeapi import CONFLICT, NOT_FOUND, UNCERTAIN, ApiError, ReportApi, gather_limited
+from reporter.kubeapi import (
+    CONFLICT,
+    NOT_FOUND,
+    TOO_LARGE,
+    UNCERTAIN,
+    ApiError,
+    ReportApi,
+    gather_limited,
+)
 from reporter.layout import CLUSTER, PER_NODE, Desired, LayoutChooser
 from reporter.patch import merge_diff
-from reporter.schema import CLUSTER_REPORT_NAME, LAYOUT_LABEL, NodeEntry, NodeInterferenceReport
+from reporter.schema import (
+    CLUSTER_REPORT_NAME,
+    LAYOUT_LABEL,
+    NodeEntry,
+    NodeInterferenceReport,
+    summarize,
+)
 from reporter.tracker import ReportView
 
 log = logging.getLogger("mco.reporter.kube")
@@ -166,6 +181,7 @@ class KubeSink:
                     and st.nodes.get(node) is entry
                     and len(st.nodes) == 1
                     and st.labels.get(LAYOUT_LABEL) == PER_NODE
+                    and "summary" in st.top  # written by a reporter without it: add it once
                 ):
                     continue
                 todo.append(Desired(node, PER_NODE, {node: entry}, False))
@@ -214,6 +230,7 @@ class KubeSink:
                 "status": exc.status,
                 "err": exc.message,
                 "retry_in_s": round(delay, 1),
+                **({"hint": "use --layout per-node or auto"} if exc.kind == TOO_LARGE else {}),
             },
         )
 
@@ -236,7 +253,14 @@ class KubeSink:
                 nodes_patch, top = self._status_patch(st, d, view)
                 if not nodes_patch and not top:
                     return
-                status: dict[str, Any] = dict(top)
+                status: dict[str, Any] = {
+                    # An object field is merged key by key: send its diff, so a key that went
+                    # away (a summary's maxLevel) is removed instead of kept.
+                    k: merge_diff(st.top[k], v)
+                    if isinstance(v, dict) and isinstance(st.top.get(k), dict)
+                    else v
+                    for k, v in top.items()
+                }
                 if nodes_patch:
                     status["nodes"] = nodes_patch
                 body: dict[str, Any] = {"status": status}
@@ -314,7 +338,11 @@ class KubeSink:
                 want["ruleConfigGeneration"] = view.rule_config_generation
             want["conditions"] = msgspec.to_builtins(view.conditions)
             want["nodeCount"] = len(view.entries)
-        elif nodes_patch and view.last_sync_time is not None:
-            want["lastSyncTime"] = view.last_sync_time
+            want["summary"] = msgspec.to_builtins(view.summary)
+        else:
+            # A node object: only looked at when its entry changed, so this is cheap.
+            want["summary"] = msgspec.to_builtins(summarize(d.nodes.values()))
+            if nodes_patch and view.last_sync_time is not None:
+                want["lastSyncTime"] = view.last_sync_time
         top = {k: v for k, v in want.items() if st.top.get(k) != v}
         return nodes_patch, top

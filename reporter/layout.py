@@ -1,14 +1,19 @@
 """Which objects hold the report: one ``cluster`` object, or one object per node.
 
 In both layouts the object named ``cluster`` carries the heartbeat (``lastSyncTime``), the
-conditions, ``ruleConfigGeneration`` and ``nodeCount``; in the per-node layout it holds no node
-except one literally named ``cluster`` (that node's object would have the same name).
+conditions, ``ruleConfigGeneration``, ``nodeCount`` and the summary of the whole report; in the
+per-node layout it holds no node except one literally named ``cluster`` (that node's object would
+have the same name), and each node object carries its own node's summary.
 ``auto`` switches to per-node when the cluster object would pass ``max_bytes`` (etcd refuses
-objects near 1.5 MiB) and back below 3/4 of it, so a fleet at the edge does not flap.
+objects near 1.5 MiB) and back below 3/4 of it, so a fleet at the edge does not flap. An explicit
+``cluster`` layout that outgrows ``max_bytes`` is kept (the operator asked for it), but says so
+once per crossing (a warning, and ``over_limit`` for the self-metrics): the API server would
+answer 413 at every write and the reporter would back off forever without another word.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -21,9 +26,11 @@ from reporter.schema import (
     NodeInterferenceReport,
     ObjectMeta,
     ReportStatus,
+    summarize,
 )
 from reporter.tracker import ReportView
 
+log = logging.getLogger("mco.reporter.layout")
 LayoutMode = Literal["cluster", "per-node", "auto"]
 CLUSTER: Final = "cluster"
 PER_NODE: Final = "per-node"
@@ -50,6 +57,7 @@ class LayoutChooser:
     mode: LayoutMode
     max_bytes: int = DEFAULT_MAX_BYTES
     current: str = CLUSTER
+    over_limit: bool = False  # --layout cluster and that object is over max_bytes
     _sizes: dict[str, tuple[NodeEntry, int]] = field(default_factory=dict)
     _total: int = 0
 
@@ -82,14 +90,33 @@ class LayoutChooser:
         return max((size for _, size in self._sizes.values()), default=0) + _OBJECT_OVERHEAD
 
     def choose(self, entries: dict[str, NodeEntry]) -> str:
-        if self.mode != "auto":
+        if self.mode == PER_NODE:
             return self.current
         size = self.cluster_bytes(entries)
+        if self.mode == CLUSTER:
+            self._check_limit(size)
+            return self.current
         if self.current == CLUSTER and size > self.max_bytes:
             self.current = PER_NODE
         elif self.current == PER_NODE and size < self.max_bytes * 3 // 4:
             self.current = CLUSTER
         return self.current
+
+    def _check_limit(self, size: int) -> None:
+        if not self.over_limit and size > self.max_bytes:
+            self.over_limit = True
+            log.warning(
+                "--layout cluster: the report object exceeds --max-object-bytes; a Kubernetes "
+                "API server refuses objects this large (413), so no node would be updated. Use "
+                "--layout per-node or --layout auto",
+                extra={"object_bytes": size, "max_object_bytes": self.max_bytes},
+            )
+        elif self.over_limit and size < self.max_bytes * 3 // 4:
+            self.over_limit = False
+            log.info(
+                "--layout cluster: the report object fits again",
+                extra={"object_bytes": size, "max_object_bytes": self.max_bytes},
+            )
 
 
 def desired_objects(entries: dict[str, NodeEntry], layout: str) -> dict[str, Desired]:
@@ -112,6 +139,7 @@ def heartbeat_status(view: ReportView, nodes: dict[str, NodeEntry]) -> ReportSta
         rule_config_generation=view.rule_config_generation,
         conditions=list(view.conditions),
         node_count=len(view.entries),
+        summary=view.summary,
     )
 
 
@@ -124,7 +152,11 @@ def whole_objects(
         if d.heartbeat:
             status = heartbeat_status(view, d.nodes)
         else:
-            status = ReportStatus(nodes=d.nodes, last_sync_time=view.last_sync_time)
+            status = ReportStatus(
+                nodes=d.nodes,
+                last_sync_time=view.last_sync_time,
+                summary=summarize(d.nodes.values()),
+            )
         objects.append(
             NodeInterferenceReport(metadata=ObjectMeta(name=d.name, labels=d.labels), status=status)
         )

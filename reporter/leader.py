@@ -66,6 +66,7 @@ class LeaseElector:
         self._renewed_at: float | None = None  # when the last successful renewal was sent
         self._leading = False
         self.transitions_seen = 0
+        self.last_heard: float | None = None  # when the API last answered a lease check
 
     def is_leader(self) -> bool:
         return (
@@ -80,6 +81,7 @@ class LeaseElector:
             while True:
                 try:
                     await self.try_acquire_or_renew()
+                    self.last_heard = self.clock()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # the API may fail in any way; keep campaigning

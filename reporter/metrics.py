@@ -87,6 +87,12 @@ class ReporterMetrics:
             "Estimated JSON size of the largest report object.",
             registry=r,
         )
+        self.object_over_limit = Gauge(
+            "mco_reporter_object_over_limit",
+            "1 while --layout cluster would write an object over --max-object-bytes (the API "
+            "server refuses it: use --layout per-node or auto).",
+            registry=r,
+        )
         self.rule_config_mismatch = Gauge(
             "mco_reporter_rule_config_mismatch",
             "1 when the source's rules encode another DetectionRuleConfig than this reporter's.",

@@ -74,12 +74,26 @@ class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
     message: str = ""
 
 
+class ReportSummary(msgspec.Struct, rename="camel", omit_defaults=True):
+    """What ``kubectl get`` shows (the printer columns), correct whichever node comes first:
+    the whole report on the object named ``cluster`` (both layouts), the one node on a per-node
+    object. ``stale`` is only on ``cluster``: staleness moves with the heartbeat, not with an
+    entry, and writing it into every node object would cost a write per node."""
+
+    nodes: int
+    unschedulable: int  # nodes with schedulable=false
+    max_level: float | None = None  # None: no node has a level
+    min_score: float | None = None
+    stale: int | None = None  # nodes a reader judged stale at the last write (cluster only)
+
+
 class ReportStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     nodes: dict[str, NodeEntry] = msgspec.field(default_factory=dict)
     last_sync_time: str | None = None
     rule_config_generation: int | None = None
     conditions: list[Condition] = msgspec.field(default_factory=list)
     node_count: int | None = None  # nodes in the whole report (set on the `cluster` object)
+    summary: ReportSummary | None = None
 
 
 class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -158,6 +172,25 @@ def parse_time(text: str | None) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def summarize(entries: Iterable[NodeEntry], stale: int | None = None) -> ReportSummary:
+    """The summary of ``entries`` (one pass; ``stale`` comes from the caller, who knows the
+    heartbeat and ``staleAfter``)."""
+    nodes = unschedulable = 0
+    max_level: float | None = None
+    min_score: float | None = None
+    for entry in entries:
+        nodes += 1
+        if not entry.schedulable:
+            unschedulable += 1
+        level = entry.level
+        if level is not None and (max_level is None or level > max_level):
+            max_level = level
+        score = entry.score
+        if score is not None and (min_score is None or score < min_score):
+            min_score = score
+    return ReportSummary(nodes, unschedulable, max_level, min_score, stale)
 
 
 def heartbeat_of(reports: Iterable[NodeInterferenceReport]) -> float:

@@ -24,7 +24,15 @@ import msgspec
 from reporter.entries import EntryBuilder
 from reporter.promql import SourceError
 from reporter.query import MISSING, Snapshot
-from reporter.schema import Condition, NodeEntry, entry_time, format_time, parse_time
+from reporter.schema import (
+    Condition,
+    NodeEntry,
+    ReportSummary,
+    entry_time,
+    format_time,
+    parse_time,
+    summarize,
+)
 from rulegen import series
 
 SOURCE_REACHABLE: Final = "SourceReachable"
@@ -58,6 +66,7 @@ class ReportView:
     conditions: list[Condition]
     at: float  # when the last cycle ran (Unix time)
     changed_nodes: set[str] = field(default_factory=set)
+    summary: ReportSummary = field(default_factory=lambda: ReportSummary(0, 0))  # all entries
 
 
 class Tracker:
@@ -84,6 +93,8 @@ class Tracker:
         self._times: dict[float, str] = {}
         self._changed: set[str] = set()
         self._at = 0.0
+        self._summary: ReportSummary | None = None  # of the entries; None: to compute again
+        self._stale = 0
 
     # -----------------------------------------------------------------------------------------
 
@@ -169,6 +180,8 @@ class Tracker:
                 )
             self._set(SYNCED, "True", "UpToDate", message, at)
         result.changed = len(changed)
+        if changed:
+            self._summary = None
         return self._finish(result, at)
 
     def fail(self, error: SourceError, at: float) -> CycleResult:
@@ -204,13 +217,16 @@ class Tracker:
             if entry_time(entry, heartbeat) < horizon:
                 stale += 1
         result.nodes = len(self.entries)
-        result.stale = stale
+        result.stale = self._stale = stale
         result.lagging = lagging
         return result
 
     # -----------------------------------------------------------------------------------------
 
     def view(self) -> ReportView:
+        summary = self._summary
+        if summary is None:  # entries changed: one pass over them (most cycles skip it)
+            summary = self._summary = summarize(self.entries.values())
         return ReportView(
             entries=self.entries,
             last_sync_time=format_time(self.last_sync) if self.last_sync is not None else None,
@@ -220,6 +236,7 @@ class Tracker:
             ],
             at=self._at,
             changed_nodes=self._changed,
+            summary=msgspec.structs.replace(summary, stale=self._stale),
         )
 
     def _time(self, ts: float) -> str:
@@ -266,6 +283,7 @@ class Tracker:
         nodes are then not rewritten. Only used before the first cycle."""
         if self.entries:
             return
+        self._summary = None
         builder = self.builder
         for node, entry in entries.items():
             sampled = parse_time(entry.sample_time)

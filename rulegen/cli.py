@@ -8,17 +8,20 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mco.flags import listen_address
+from mco.flags import duration, listen_address
 from mco.kubeconfig import api_client
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import TLSConfig, add_tls_flags, tls_from_args
+from reporter.leader import LeaseElector
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
 from rulegen.durations import parse_duration
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
@@ -78,6 +81,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="label on the PrometheusRule, e.g. release=kube-prometheus-stack (repeatable)",
     )
     ctl.add_argument("--resync", default="5m", help="re-read and re-apply period (default 5m)")
+    # The reporter's flags, spelled the same: only the replica holding the Lease writes.
+    ctl.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="apply and write status only while holding the Lease (default on)",
+    )
+    ctl.add_argument("--leader-elect-lease-name", default="mco-rulegen")
+    ctl.add_argument(
+        "--leader-elect-namespace",
+        default=None,
+        help="namespace of the Lease (default: the PrometheusRule's)",
+    )
+    ctl.add_argument(
+        "--leader-elect-identity", default=None, help="default: hostname and a random suffix"
+    )
+    ctl.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
+    ctl.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
+    ctl.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
     for p in (render, ctl):
         add_log_flags(p)
     return parser
@@ -122,9 +144,11 @@ def make_metrics_app(
         return web.Response(text="ok\n")
 
     async def handle_ready(_: web.Request) -> web.Response:
-        if controller.synced.is_set():
+        if controller.ready():
             return web.Response(text="ok\n")
-        return web.Response(status=503, text="not synced with the API server yet\n")
+        if controller.leading:
+            return web.Response(status=503, text="not synced with the API server yet\n")
+        return web.Response(status=503, text="standby: the lease cannot be read\n")
 
     app = web.Application()
     app.router.add_get("/metrics", handle_metrics)
@@ -143,8 +167,24 @@ async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
         resync_seconds=parse_duration(args.resync),
     )
     api = await api_client(args.kubeconfig, args.context)
+    identity = args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    # Audit logs (and the HA test) tell the replicas apart by this.
+    api.user_agent = f"mco-rulegen ({identity})"
+    elector = (
+        LeaseElector(
+            api,
+            name=args.leader_elect_lease_name,
+            namespace=args.leader_elect_namespace or settings.rule_namespace,
+            identity=identity,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+        if args.leader_elect
+        else None
+    )
     metrics = ControllerMetrics()
-    controller = RuleConfigController(api, settings, metrics)
+    controller = RuleConfigController(api, settings, metrics, elector)
     runner = web.AppRunner(make_metrics_app(metrics, controller), access_log=None)
     await runner.setup()
     site = web.TCPSite(
@@ -163,6 +203,8 @@ async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
             "metrics": f"{'https' if tls.enabled else 'http'}://{host}:{port}/metrics",
             "prometheusrule": f"{settings.rule_namespace}/{settings.rule_name}",
             "config": settings.config_name,
+            "lease": f"{elector.namespace}/{elector.name}" if elector else None,
+            "identity": identity,
         },
     )
     stop = asyncio.Event()
@@ -191,6 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         _labels(args.prometheusrule_label)
         parse_duration(args.resync)
         listen_address(args.listen)
+        if not (
+            args.leader_elect_lease_duration
+            > args.leader_elect_renew_deadline
+            > args.leader_elect_retry_period
+            > 0
+        ):
+            raise ValueError(
+                "leader election: need lease duration > renew deadline > retry period > 0"
+            )
     except (ValueError, argparse.ArgumentTypeError) as exc:
         log.error("bad flags", extra={"err": str(exc)})
         return 2

@@ -12,6 +12,11 @@ Conditions: ``Accepted`` (True, reason Valid / False, reason Rejected with the p
 whether the latest generation is valid; ``Applied`` (True, RulesApplied / False, ApplyFailed)
 whether its PrometheusRule is in force. ``status.appliedGeneration`` and
 ``status.appliedRulesHash`` name the config the rules in force encode.
+
+With a ``LeaseElector`` only the replica holding the Lease reads, applies and writes status; a
+standby does nothing but follow the Lease. A new leader lists and applies at once, so the rules
+in force never lag behind a replica that missed an edit. Every write is fenced: it is refused
+once the elector's renew deadline has passed, before any standby may take over.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from reporter.leader import LeaseElector
 from rulegen import model
 from rulegen.render import CONFIG_ACCEPTED_METRIC, render_prometheusrule
 
@@ -53,6 +59,7 @@ class ControllerSettings:
     resync_seconds: float = 300.0  # re-read and re-apply, undoing edits to the PrometheusRule
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    leader_poll_seconds: float = 0.1  # how soon a lost or won lease starts or stops the work
 
 
 class ControllerMetrics:
@@ -94,6 +101,15 @@ class ControllerMetrics:
         self.up = Gauge(
             "mco_rulegen_api_reachable", "1 while the Kubernetes API answers.", registry=r
         )
+        self.leader = Gauge(
+            "mco_rulegen_leader",
+            "1 while this replica holds the lease and applies the rules.",
+            registry=r,
+        )
+
+
+class NotLeader(Exception):
+    """A write was refused: this replica no longer holds the lease."""
 
 
 def _now() -> str:
@@ -139,13 +155,30 @@ class RuleConfigController:
         api: client.ApiClient,
         settings: ControllerSettings | None = None,
         metrics: ControllerMetrics | None = None,
+        elector: LeaseElector | None = None,
     ) -> None:
         self.settings = settings or ControllerSettings()
         self.metrics = metrics or ControllerMetrics()
+        self.elector = elector
         self._custom = client.CustomObjectsApi(api)
         # (generation, hash) of the rules this process applied; None before the first apply.
         self._applied: tuple[int, str] | None = None
-        self.synced = asyncio.Event()  # set after the first successful reconcile (readiness)
+        # Set after the first successful reconcile (of this leader term, with an elector).
+        self.synced = asyncio.Event()
+        self.leading = elector is None  # whether the reconcile loop runs now
+
+    def ready(self) -> bool:
+        """Readiness: a leader once it has synced; a standby while it hears from the API."""
+        if self.elector is None or self.leading:
+            return self.synced.is_set()
+        e = self.elector
+        if e.is_leader():
+            return False  # about to lead: ready once synced
+        return e.last_heard is not None and e.clock() - e.last_heard < e.lease_duration
+
+    def _fence(self) -> None:
+        if self.elector is not None and not self.elector.is_leader():
+            raise NotLeader("lost the lease; not writing")
 
     # -- API calls ---------------------------------------------------------------------------
 
@@ -166,6 +199,7 @@ class RuleConfigController:
 
     async def _apply_rules(self, config: model.DetectionRuleConfig, generation: int) -> None:
         s = self.settings
+        self._fence()
         body = yaml.safe_load(
             render_prometheusrule(
                 config,
@@ -204,6 +238,7 @@ class RuleConfigController:
     async def _write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
         if _same_status(obj.get("status") or {}, status):
             return
+        self._fence()
         await self._custom.patch_cluster_custom_object_status(
             model.API_GROUP,
             model.API_VERSION,
@@ -352,7 +387,51 @@ class RuleConfigController:
             await w.close()
 
     async def run(self) -> None:
-        """Reconcile forever: read, apply, watch; on any error back off and start over."""
+        """Reconcile forever; with an elector, campaign and reconcile only while leading."""
+        if self.elector is None:
+            self.metrics.leader.set(1)
+            await self._sync_forever()
+            return
+        self.metrics.leader.set(0)
+        campaign = asyncio.create_task(self.elector.run())
+        try:
+            while True:
+                await self._wait_leading(True)
+                await self._lead()
+        finally:
+            # Stop writing before the lease is released (the elector does that on cancel).
+            campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await campaign
+
+    async def _wait_leading(self, leading: bool) -> None:
+        assert self.elector is not None
+        while self.elector.is_leader() != leading:
+            await asyncio.sleep(self.settings.leader_poll_seconds)
+
+    async def _lead(self) -> None:
+        """One leader term: sync (list, apply at once, watch) until the lease is lost."""
+        assert self.elector is not None
+        self.synced.clear()
+        self._applied = None  # another leader may have applied meanwhile
+        self.leading = True
+        self.metrics.leader.set(1)
+        log.info("leading: applying the rules", extra={"identity": self.elector.identity})
+        term = asyncio.create_task(self._sync_forever())
+        lost = asyncio.create_task(self._wait_leading(False))
+        try:
+            await asyncio.wait({term, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (term, lost):
+                t.cancel()
+            await asyncio.gather(term, lost, return_exceptions=True)
+            self.leading = False
+            self.synced.clear()
+            self.metrics.leader.set(0)
+        log.info("not the leader any more: stopped writing")
+
+    async def _sync_forever(self) -> None:
+        """Read, apply, watch; on any error back off and start over. Ends only on NotLeader."""
         delay = self.settings.backoff_initial
         while True:
             try:
@@ -364,6 +443,8 @@ class RuleConfigController:
                 await self._watch(resource_version)
             except asyncio.CancelledError:
                 raise
+            except NotLeader:
+                return
             except Exception as exc:
                 kind = self._count_error(exc)
                 log.warning(

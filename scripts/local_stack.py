@@ -31,7 +31,7 @@ import requests
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
-from scripts.stress import io_stress, memory_cgroup, memory_stress
+from scripts.stress import StressUnavailableError, io_stress, memory_cgroup, memory_stress
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
@@ -338,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"driving real {args.stress} load with stress-ng", flush=True)
                 stack.start_load(args.stress)
             live_view(stack, stop, args.duration)
+        except StressUnavailableError as exc:
+            print(f"make run: cannot drive {args.stress} load here: {exc}", file=sys.stderr)
+            return 1
         except Exception as exc:
             print(f"make run failed: {exc}", file=sys.stderr)
             for proc in (stack.exporter, stack.prometheus, stack.reporter, stack.extender):

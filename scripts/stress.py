@@ -62,45 +62,115 @@ class MemoryCgroup:
         return self.path / "cgroup.procs"
 
 
-def _memory_cgroup_parent() -> tuple[Path, int]:
-    v2 = CGROUP_ROOT / "cgroup.controllers"
-    if v2.exists() and "memory" in v2.read_text().split():
-        return CGROUP_ROOT, 2
-    unified = CGROUP_ROOT / "unified" / "cgroup.controllers"
-    if unified.exists() and "memory" in unified.read_text().split():
-        return CGROUP_ROOT / "unified", 2
-    v1 = CGROUP_ROOT / "memory"
+def _has_memory(controllers: Path) -> bool:
+    try:
+        return "memory" in controllers.read_text().split()
+    except OSError:
+        return False
+
+
+def _memory_cgroup_parent(root: Path) -> tuple[Path, int]:
+    """Where to create the cgroup: the v2 hierarchy if it has the memory controller, else v1."""
+    for v2 in (root, root / "unified"):
+        if _has_memory(v2 / "cgroup.controllers"):
+            return v2, 2
+    v1 = root / "memory"
     if (v1 / "memory.limit_in_bytes").exists():
         return v1, 1
-    raise StressUnavailableError("no memory cgroup controller (neither v2 nor v1) on this machine")
+    raise StressUnavailableError(
+        f"no memory cgroup controller under {root} (neither v2 cgroup.controllers listing "
+        "memory nor a v1 memory hierarchy)"
+    )
+
+
+def _enable_memory_controller(parent: Path) -> None:
+    """A v2 child gets memory.max only if its parent delegates the controller to children.
+
+    Left enabled afterwards: other cgroups may have come to rely on it meanwhile.
+    """
+    control = parent / "cgroup.subtree_control"
+    try:
+        if "memory" in control.read_text().split():
+            return
+        control.write_text("+memory")
+    except OSError as exc:
+        raise StressUnavailableError(
+            f"cannot enable the memory controller for children of {parent} "
+            f"(writing +memory to {control}: {exc.strerror or exc}); a cgroup v2 parent that "
+            "holds processes itself cannot delegate controllers (the no-internal-process rule)"
+        ) from exc
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise StressUnavailableError(
+            f"cannot write {value!r} to {path}: {exc.strerror or exc}"
+        ) from exc
+
+
+def _new_cgroup_name() -> str:
+    return f"mco-stress-{uuid.uuid4().hex[:8]}"
+
+
+def _create_memory_cgroup(root: Path, limit_bytes: int) -> MemoryCgroup:
+    parent, version = _memory_cgroup_parent(root)
+    if version == 2:
+        _enable_memory_controller(parent)
+    path = parent / _new_cgroup_name()
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise StressUnavailableError(
+            f"cannot create the cgroup {path}: {exc.strerror or exc}"
+        ) from exc
+    try:
+        if version == 2:
+            _write(path / "memory.max", str(limit_bytes))
+            if (path / "memory.swap.max").exists():
+                _write(path / "memory.swap.max", "0")
+        else:
+            _write(path / "memory.limit_in_bytes", str(limit_bytes))
+    except BaseException:
+        _remove_cgroup(path)
+        raise
+    return MemoryCgroup(path, version)
+
+
+def _remove_cgroup(path: Path, timeout: float = 10.0) -> None:
+    """rmdir succeeds only once the cgroup is empty: kill what is still inside, then retry."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return
+        with contextlib.suppress(OSError):
+            for pid in (path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), 9)
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager
-def memory_cgroup(limit_bytes: int) -> Iterator[MemoryCgroup]:
-    """A fresh memory-limited cgroup, removed afterwards (its processes must be gone by then)."""
+def memory_cgroup(limit_bytes: int, *, root: Path = CGROUP_ROOT) -> Iterator[MemoryCgroup]:
+    """A fresh memory-limited cgroup, removed afterwards (what is still inside is killed).
+
+    Anything that keeps it from being made (no controller, no root, a parent that cannot
+    delegate the controller, a refused write) is a StressUnavailableError naming the reason.
+    """
     if os.geteuid() != 0:
         raise StressUnavailableError("creating a memory cgroup needs root")
-    parent, version = _memory_cgroup_parent()
-    path = parent / f"mco-stress-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
+    cgroup = _create_memory_cgroup(root, limit_bytes)
     try:
-        if version == 2:
-            (path / "memory.max").write_text(str(limit_bytes))
-            (path / "memory.swap.max").exists() and (path / "memory.swap.max").write_text("0")
-        else:
-            (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-        yield MemoryCgroup(path, version)
+        yield cgroup
     finally:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                for pid in (path / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), 9)
-                time.sleep(0.1)
+        _remove_cgroup(cgroup.path)
 
 
 def memory_stress(workdir: Path, cgroup: MemoryCgroup, *, vm_bytes: str = "200M") -> Managed:

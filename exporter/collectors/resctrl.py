@@ -26,6 +26,18 @@ _NOT_GROUPS = frozenset({"info", "mon_data", "mon_groups"})
 _BANDWIDTH = (("mbm_total_bytes", "total"), ("mbm_local_bytes", "local"))
 
 
+def _entries(directory: str) -> list[str]:
+    """Sorted names in a group's directory; none when the group was removed since it was listed.
+
+    Groups come and go while a scrape walks the tree (an orchestrator deletes a finished job's
+    group): a vanished group is simply not reported, and the other groups still are.
+    """
+    try:
+        return sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 @register("resctrl", default_enabled=True, help="LLC occupancy and MBM from /sys/fs/resctrl")
 class ResctrlCollector(FileCollector):
     def __init__(self, config: CollectorConfig) -> None:
@@ -40,11 +52,10 @@ class ResctrlCollector(FileCollector):
                 ctrl_groups.append((f"/{entry}", path))
         for name, path in ctrl_groups:
             yield name, "ctrl_mon", path
+            prefix = "" if name == "/" else name
             mon_groups = os.path.join(path, "mon_groups")
-            if os.path.isdir(mon_groups):
-                for mon in sorted(os.listdir(mon_groups)):
-                    prefix = "" if name == "/" else name
-                    yield f"{prefix}/mon_groups/{mon}", "mon", os.path.join(mon_groups, mon)
+            for mon in _entries(mon_groups):
+                yield f"{prefix}/mon_groups/{mon}", "mon", os.path.join(mon_groups, mon)
 
     def update(self) -> list[Metric]:
         if not os.path.isdir(os.path.join(self._root, "mon_data")):
@@ -64,7 +75,7 @@ class ResctrlCollector(FileCollector):
         )
         for group, group_type, path in self._groups():
             mon_data = os.path.join(path, "mon_data")
-            for domain_dir in sorted(os.listdir(mon_data)):
+            for domain_dir in _entries(mon_data):
                 if not domain_dir.startswith("mon_L3_"):
                     continue  # mon_MB_* and future resources are not ours
                 domain = parse_domain_id(domain_dir)

@@ -167,6 +167,21 @@ def test_rulegen_controller_accepts_the_chart_arguments() -> None:
     assert args.listen == ":9850"
     role = rendered.one("Role", "-rulegen")
     assert any(rule["metadata"]["name"] in r.get("resourceNames", []) for r in role["rules"])
+    # Leader-elected like the reporter, on a Lease of its own that its Role lets it renew.
+    assert args.leader_elect is True
+    assert args.leader_elect_lease_name == "mco-rulegen"
+    assert args.leader_elect_namespace == "$(POD_NAMESPACE)"  # expanded by the kubelet
+    assert args.leader_elect_identity == "$(POD_NAME)"
+    lease_rules = [r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"]]
+    assert [r.get("resourceNames") for r in lease_rules if "get" in r["verbs"]] == [
+        [args.leader_elect_lease_name]
+    ]
+    reporter_args = container(rendered, "Deployment", "-reporter")["args"]
+    assert f"--leader-elect-lease-name={args.leader_elect_lease_name}" not in reporter_args
+    deployment = rendered.one("Deployment", "-rulegen")
+    assert deployment["spec"]["replicas"] == 2
+    env = {e["name"] for e in c["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env
 
 
 @pytest.mark.parametrize("component", ["exporter", "reporter", "rulegen", "extender"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.chart.helm import SCENARIOS, merge, render, render_scenario, scenario_values
@@ -116,3 +118,57 @@ def test_each_component_can_be_turned_off_alone(component: str) -> None:
     follows = VOLCANO | KUBE_SCHEDULER if component == "extender" else set()
     assert removed, component
     assert all(component in name for name in removed - follows), sorted(removed)
+
+
+MONITORING_NOTE = "monitoring.additionalLabels is empty"
+
+
+def test_kata_only_notes_list_no_monitoring() -> None:
+    notes = render_scenario("kata-only").notes
+    installed_part = notes.split("Installed:", 1)[1]
+    assert MONITORING_NOTE not in notes
+    assert "ServiceMonitor" not in installed_part and "PrometheusRule" not in installed_part
+    assert "RuntimeClasses: kata-qemu" in installed_part
+
+
+@pytest.mark.parametrize(
+    ("exporter", "rules", "noted"),
+    [(True, True, True), (True, False, True), (False, True, True), (False, False, False)],
+)
+def test_release_label_note_follows_the_operator_objects(
+    exporter: bool, rules: bool, noted: bool
+) -> None:
+    values = merge(
+        scenario_values("collect-analyze"),
+        {"exporter": {"enabled": exporter}, "rules": {"enabled": rules}},
+    )
+    values["monitoring"]["additionalLabels"] = {}  # merge() would keep the scenario's label
+    rendered = render(values)
+    operator_objects = {"ServiceMonitor/mco-exporter", "PrometheusRule/mco-rules"} & {
+        f"{o['kind']}/{o['metadata']['name']}" for o in rendered.objects
+    }
+    assert bool(operator_objects) == noted
+    assert (MONITORING_NOTE in rendered.notes) == noted
+    # With the release label set, the note is never needed.
+    assert MONITORING_NOTE not in render_scenario("collect-analyze").notes
+
+
+@pytest.mark.parametrize("release", ["mco", "volcano-join"])
+def test_existing_volcano_notes_name_the_rendered_config_map_and_key(release: str) -> None:
+    rendered = render_scenario("existing-volcano", release=release)
+    config_map = rendered.one("ConfigMap", "-volcano-scheduler")
+    name, namespace = config_map["metadata"]["name"], config_map["metadata"]["namespace"]
+    assert name.startswith(release)
+    command = re.search(
+        r"kubectl -n (\S+) get configmap (\S+) \\\s+-o jsonpath='\{\.data\.((?:\\.|[^}\\])+)\}'",
+        rendered.notes,
+    )
+    assert command, rendered.notes
+    assert (command[1], command[2]) == (namespace, name)
+    key = command[3].replace("\\.", ".")
+    assert key in config_map["data"], (
+        f"NOTES points at key {key}, not in {sorted(config_map['data'])}"
+    )
+    # "Key volcano-scheduler.conf of the same ConfigMap is a whole example config."
+    whole = re.search(r"Key (\S+) of the same ConfigMap", rendered.notes)
+    assert whole and whole[1] in config_map["data"]

@@ -23,6 +23,7 @@ EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
         ("mco.io", "detectionruleconfigs"): {"get", "list", "watch"},
         ("mco.io", "detectionruleconfigs/status"): {"patch"},
         ("monitoring.coreos.com", "prometheusrules"): {"create", "patch"},
+        ("coordination.k8s.io", "leases"): {"create", "get", "patch"},
     },
     "mco-extender": {("mco.io", "nodeinterferencereports"): {"get", "list", "watch"}},
     "mco-kata-deploy": {("", "nodes"): {"get", "patch"}},

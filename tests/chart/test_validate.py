@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
+from functools import cache
 from pathlib import Path
+from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate
 import pytest
 import yaml
 
 from rulegen.model import DetectionRuleConfig, config_from_object
-from tests.chart.helm import SCENARIOS, crds, merge, render, render_scenario, scenario_values
+from tests.chart.helm import (
+    MONITORING_API,
+    SCENARIOS,
+    crds,
+    merge,
+    render,
+    render_scenario,
+    scenario_values,
+)
 from tests.chart.operator import scrape_config
 from tests.rulegen.crd_validation import api_server_errors
 
@@ -20,74 +30,29 @@ KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
 OUR_KINDS = {"DetectionRuleConfig", "NodeInterferenceReport"}
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
-# The part of monitoring.coreos.com/v1 ServiceMonitor the chart writes (prometheus-operator's
-# API reference); anything else would be a typo the operator silently drops.
-_RELABEL = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "action": {
-            "enum": [
-                "replace",
-                "keep",
-                "drop",
-                "labelmap",
-                "labeldrop",
-                "labelkeep",
-                "hashmod",
-                "lowercase",
-                "uppercase",
-                "keepequal",
-                "dropequal",
-            ]
-        },
-        "sourceLabels": {"type": "array", "items": {"type": "string"}},
-        "separator": {"type": "string"},
-        "targetLabel": {"type": "string"},
-        "regex": {"type": "string"},
-        "modulus": {"type": "integer"},
-        "replacement": {"type": "string"},
-    },
+# The Prometheus Operator's own CRDs (tests/fixtures, vendored from prometheus-operator): the
+# API server checks ServiceMonitors and PrometheusRules against these, unknown fields included.
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+OPERATOR_CRD_FILES = {
+    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
 }
-_DURATION = {
-    "type": "string",
-    # prometheus-operator's Duration pattern
-    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?"
-    r"(([0-9]+)s)?(([0-9]+)ms)?)$",
-}
-SERVICE_MONITOR_SPEC = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["selector", "endpoints"],
-    "properties": {
-        "jobLabel": {"type": "string"},
-        "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
-        "namespaceSelector": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {"any": {"type": "boolean"}, "matchNames": {"type": "array"}},
-        },
-        "endpoints": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "port": {"type": "string"},
-                    "path": {"type": "string"},
-                    "scheme": {"enum": ["http", "https"]},
-                    "interval": _DURATION,
-                    "scrapeTimeout": _DURATION,
-                    "honorLabels": {"type": "boolean"},
-                    "tlsConfig": {"type": "object"},
-                    "relabelings": {"type": "array", "items": _RELABEL},
-                    "metricRelabelings": {"type": "array", "items": _RELABEL},
-                },
-            },
-        },
-    },
-}
+
+
+@cache
+def operator_crds() -> dict[str, dict[str, Any]]:
+    out = {}
+    for kind, name in OPERATOR_CRD_FILES.items():
+        crd: dict[str, Any] = yaml.safe_load((FIXTURES / name).read_text())
+        assert crd["spec"]["names"]["kind"] == kind
+        out[kind] = crd
+    return out
+
+
+def operator_errors(obj: dict[str, Any]) -> list[str]:
+    """Why the API server (with the operator's CRDs installed) would reject ``obj``."""
+    assert obj["apiVersion"] == MONITORING_API, obj["apiVersion"]
+    return api_server_errors(operator_crds()[obj["kind"]], obj, "v1")
 
 
 def _promtool(args: list[str], text: str, tmp_path: Path, name: str) -> None:
@@ -118,6 +83,52 @@ def test_builtin_kinds_validate_against_kubernetes_schemas(scenario: str, versio
     assert checked >= 8
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_operator_kinds_validate_against_the_operators_crds(scenario: str) -> None:
+    rendered = render_scenario(scenario)
+    checked = {kind: 0 for kind in OPERATOR_KINDS}
+    for obj in rendered.objects:
+        if obj["kind"] in OPERATOR_KINDS:
+            assert operator_errors(obj) == [], f"{obj['kind']}/{obj['metadata']['name']}"
+            checked[obj["kind"]] += 1
+    expected = 0 if scenario == "kata-only" else 1
+    assert all(n >= expected for n in checked.values()), checked
+    if scenario == "kata-only":
+        assert not any(checked.values()), checked
+
+
+def test_operator_crds_reject_what_the_api_server_would() -> None:
+    """The vendored schemas bite: typos, bad durations and unknown actions are refused."""
+    rendered = render_scenario("full")
+    monitor = rendered.one("ServiceMonitor", "-exporter")
+    rule = rendered.one("PrometheusRule")
+    assert operator_errors(monitor) == [] and operator_errors(rule) == []
+
+    def broken(obj: dict[str, Any], edit: Any) -> list[str]:
+        obj = copy.deepcopy(obj)
+        edit(obj["spec"])
+        return operator_errors(obj)
+
+    endpoint = "endpoints"
+    for edit in (
+        lambda spec: spec[endpoint][0].update(intervall="1s"),
+        lambda spec: spec[endpoint][0].update(interval="1 second"),
+        lambda spec: spec[endpoint][0].update(scheme="tcp"),
+        lambda spec: spec[endpoint][0]["relabelings"][0].update(action="rename"),
+        lambda spec: spec[endpoint][0]["relabelings"][0].update(sourceLabels=["not-a-label"]),
+        lambda spec: spec.pop("selector"),
+    ):
+        assert broken(monitor, edit), "ServiceMonitor edit was accepted"
+    for edit in (
+        lambda spec: spec["groups"][0].pop("name"),
+        lambda spec: spec["groups"][0].update(interval="often"),
+        lambda spec: spec["groups"][0]["rules"][0].update(recrod="x"),
+        lambda spec: spec["groups"][0]["rules"][0].pop("expr"),
+        lambda spec: spec.update(group=[]),
+    ):
+        assert broken(rule, edit), "PrometheusRule edit was accepted"
+
+
 def test_tls_and_options_validate_too() -> None:
     """The optional branches (TLS, SYS_ADMIN, resctrl, kata-deploy) render valid objects."""
     values = merge(
@@ -131,6 +142,16 @@ def test_tls_and_options_validate_too() -> None:
                 "collectors": {"perf_llc": False, "biolatency": True},
                 "collectorOptions": {"kata.shim-paths": "/opt/kata/bin/containerd-shim-kata-v2"},
                 "hostNetwork": True,
+                "serviceMonitor": {
+                    "tlsConfig": {
+                        "ca": {"secret": {"name": "exporter-ca", "key": "ca.crt"}},
+                        "serverName": "mco-exporter",
+                    },
+                    "relabelings": [{"action": "labeldrop", "regex": "pod"}],
+                    "metricRelabelings": [
+                        {"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}
+                    ],
+                },
             },
             "extender": {
                 "tls": {
@@ -147,9 +168,13 @@ def test_tls_and_options_validate_too() -> None:
     )
     rendered = render(values)
     for obj in rendered.objects:
-        if obj["kind"] not in OUR_KINDS | OPERATOR_KINDS:
+        if obj["kind"] in OPERATOR_KINDS:
+            assert operator_errors(obj) == [], obj["metadata"]["name"]
+        elif obj["kind"] not in OUR_KINDS:
             kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
     assert rendered.one("Secret", "-extender-tls")["type"] == "kubernetes.io/tls"
+    endpoint = rendered.one("ServiceMonitor", "-exporter")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["serverName"] == "mco-exporter"
 
 
 def test_crds_are_valid_and_both_present() -> None:
@@ -218,7 +243,7 @@ def test_service_monitors_are_well_formed_and_promtool_accepts_them(
     assert monitors
     scrape_configs = []
     for monitor in monitors:
-        jsonschema.validate(monitor["spec"], SERVICE_MONITOR_SPEC)
+        assert operator_errors(monitor) == [], monitor["metadata"]["name"]
         # The Service the monitor selects must carry the labels it selects on and its jobLabel.
         services = [
             s

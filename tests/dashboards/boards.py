@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,33 @@ class Target:
 
     def promql(self, node: str, rate_interval: str = "30s") -> str:
         """The query Grafana sends for ``node`` ("All" is the regex ``.*``)."""
-        return self.expr.replace("$node", node).replace("$__rate_interval", rate_interval)
+        return _fill(self.expr, node, rate_interval)
+
+    def data_promql(self, node: str, rate_interval: str = "30s") -> str:
+        """:func:`data_query` of the query Grafana sends: it has no zero fallback to hide in."""
+        return _fill(data_query(self.expr), node, rate_interval)
+
+
+def _fill(expr: str, node: str, rate_interval: str) -> str:
+    return expr.replace("$node", node).replace("$__rate_interval", rate_interval)
+
+
+# A stat's "show 0, not No data" tail, and a filter that keeps only some samples
+# (``> 0.5``, ``== 1``; not ``bool`` comparisons, which keep every sample).
+_ZERO_FALLBACK = re.compile(r"\s+or\s+vector\(\s*0(?:\.0*)?\s*\)\s*$")
+_FILTER = re.compile(r"\s*(?:==|!=|>=|<=|>|<)\s*-?[0-9.]+(?:e[+-]?[0-9]+)?")
+
+
+def data_query(expr: str) -> str:
+    """The part of ``expr`` that must find series for the panel to show real data.
+
+    ``count(x > 0.5) or vector(0)`` returns a sample whatever ``x`` holds; ``count(x)`` returns
+    one only when ``x`` exists. So the ``or vector(0)`` tail and the comparison filters go.
+    """
+    inner = _ZERO_FALLBACK.sub("", expr)
+    if inner == expr:
+        return expr
+    return _FILTER.sub("", inner)
 
 
 def dashboards() -> dict[str, dict[str, Any]]:

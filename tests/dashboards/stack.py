@@ -116,14 +116,23 @@ class KubeEmulator:
         return path
 
     def start(self) -> None:
-        from tests.rulegen.test_controller import Cluster  # its server-side-apply emulation
+        # Its server-side-apply emulation, and the resources the controller reads and writes.
+        from tests.rulegen.test_controller import DRC, LEASES, RULES, Cluster
 
         obj = render(scenario_values("full")).one("DetectionRuleConfig")
         obj["metadata"]["generation"] = 1
 
         async def serve() -> None:
-            cluster = Cluster()
-            async with kmock.Server(cluster, port=self.port):
+            # Not strict: a missing object (the Lease before its first holder) is a 404.
+            async with Cluster(strict=False) as cluster, kmock.Server(cluster, port=self.port):
+                cluster.resources[DRC] = kmock.ResourceInfo(
+                    kind="DetectionRuleConfig", namespaced=False
+                )
+                cluster.resources[RULES] = kmock.ResourceInfo(
+                    kind="PrometheusRule", namespaced=True
+                )
+                # The controller applies only while it holds its Lease (leader election).
+                cluster.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True)
                 await cluster.post("/apis/mco.io/v1alpha1/detectionruleconfigs", json=obj)
                 self._ready.set()
                 while not self._stop.is_set():

@@ -13,7 +13,7 @@ from rulegen import dashboards as generator
 from rulegen import series
 from rulegen.dashboards import node_detail
 from rulegen.model import SIGNALS, DetectionRuleConfig, Threshold
-from tests.dashboards.boards import ROOT, dashboards, panels, targets
+from tests.dashboards.boards import ROOT, dashboards, data_query, panels, targets
 
 RECORDED = (
     {
@@ -159,3 +159,199 @@ def test_thresholds_follow_the_model_not_literals() -> None:
 def test_generator_output_is_what_is_checked_in() -> None:
     for path, text in generator.generated_files().items():
         assert (ROOT / path).read_text() == text, path
+
+
+# What the issue asks each dashboard to show: panel title, the panel types that can show it,
+# and the metrics its queries must read. Recorded series come from series.py; component
+# metrics are spelled as the exporter, reporter and extender export them.
+@dataclasses.dataclass(frozen=True)
+class Required:
+    title: str
+    types: frozenset[str]
+    metrics: frozenset[str]
+    node_filter: bool = True
+
+
+def _req(title: str, types: str, *metrics: str, node_filter: bool = True) -> Required:
+    return Required(title, frozenset(types.split()), frozenset(metrics), node_filter)
+
+
+GRAPH = "timeseries"
+NUMBER = "stat"
+LIST = "bargauge table"
+
+REQUIRED: dict[str, list[Required]] = {
+    "mco-cluster-overview": [
+        _req("Interference level per node", GRAPH, series.INTERFERENCE_LEVEL),
+        _req("Top interfered nodes", LIST, series.INTERFERENCE_LEVEL),
+        _req("Interfered nodes", NUMBER, series.INTERFERENCE_LEVEL),
+        _req("Nodes with each detection triggered", GRAPH, series.DETECTION_TRIGGERED),
+        _req("Blocked nodes", NUMBER, series.HARD_CONSTRAINT_VIOLATED),
+        _req("Nodes blocked by a hard constraint", GRAPH, series.HARD_CONSTRAINT_VIOLATED),
+        _req("Nodes on PSI fallback", NUMBER, series.MEMORY_PRESSURE_FALLBACK),
+        _req("Nodes on the PSI fallback", GRAPH, series.MEMORY_PRESSURE_FALLBACK),
+    ],
+    "mco-node-detail": [
+        _req("Interference level", NUMBER, series.INTERFERENCE_LEVEL),
+        _req("Schedule score", NUMBER, series.SCHEDULE_SCORE),
+        _req(
+            "Interference level and detection indices",
+            GRAPH,
+            series.INTERFERENCE_LEVEL,
+            series.DETECTION_INDEX,
+        ),
+        _req("Signal indices", GRAPH, series.SIGNAL_INDEX),
+        _req("Detections triggered", GRAPH, series.DETECTION_TRIGGERED),
+        _req("Hard constraints violated", GRAPH, series.HARD_CONSTRAINT_VIOLATED),
+        _req("Collectors off or failing", NUMBER, "mco_exporter_collector_success"),
+    ],
+    "mco-pipeline-health": [
+        _req("Exporters up", NUMBER, "up"),
+        _req("Exporters down", NUMBER, "up"),
+        _req("Exporter scrape duration", GRAPH, "scrape_duration_seconds"),
+        _req("Collectors off or failing", GRAPH, "mco_exporter_collector_success"),
+        _req("Collector duration (slowest node)", GRAPH, "mco_exporter_collector_duration_seconds"),
+        _req("Collector status per node", "table", "mco_exporter_collector_success"),
+        _req(
+            "Reporter cycle duration",
+            GRAPH,
+            "mco_reporter_cycle_duration_seconds_bucket",
+            node_filter=False,
+        ),
+        _req("Report staleness", GRAPH, series.REPORTER_LAST_SYNC, node_filter=False),
+        _req("Report age", NUMBER, series.REPORTER_LAST_SYNC, node_filter=False),
+        _req(
+            "Extender latency p99 by route",
+            GRAPH,
+            "mco_extender_request_duration_seconds_bucket",
+            node_filter=False,
+        ),
+        _req(
+            "Extender verdicts by reason", GRAPH, "mco_extender_verdicts_total", node_filter=False
+        ),
+    ],
+}
+
+_IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _identifiers(expr: str) -> set[str]:
+    """Every name in a query (metrics, functions, labels): a metric is in it or it is not."""
+    without_strings = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    return set(_IDENTIFIER.findall(without_strings))
+
+
+def _by_title(board: dict[str, Any], title: str) -> dict[str, Any]:
+    found = [p for p in panels(board) if p["title"] == title]
+    assert len(found) == 1, f"{len(found)} panels titled {title!r}"
+    return found[0]
+
+
+def test_every_dashboard_has_requirements() -> None:
+    assert set(REQUIRED) == set(dashboards())
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_the_issues_panels_are_there_and_read_their_metrics(name: str) -> None:
+    board = dashboards()[name]
+    node_matcher = 'node="$node"' if name == "mco-node-detail" else 'node=~"$node"'
+    for required in REQUIRED[name]:
+        panel = _by_title(board, required.title)
+        assert panel["type"] in required.types, (required.title, panel["type"])
+        read: set[str] = set()
+        for t in panel["targets"]:
+            read |= _identifiers(t["expr"])
+            if required.node_filter:
+                assert node_matcher in t["expr"], (required.title, t["expr"])
+        missing = required.metrics - read
+        assert not missing, f"{required.title} reads none of {sorted(missing)}"
+
+
+def test_overview_shows_each_node_over_time_and_ranks_the_worst() -> None:
+    board = dashboards()["mco-cluster-overview"]
+    per_node = _by_title(board, "Interference level per node")
+    assert [t["legendFormat"] for t in per_node["targets"]] == ["{{node}}"]
+    assert not any(t.get("instant") for t in per_node["targets"])
+    top = _by_title(board, "Top interfered nodes")
+    (target,) = top["targets"]
+    assert target["instant"] and re.match(r"topk\(\s*\d+\s*,", target["expr"]), target["expr"]
+    triggered = _by_title(board, "Nodes with each detection triggered")
+    assert "by (detection)" in triggered["targets"][0]["expr"]
+
+
+def test_node_detail_graphs_every_smoothed_signal_for_the_chosen_node() -> None:
+    board = dashboards()["mco-node-detail"]
+    for key, panel in _signal_panels(board).items():
+        assert panel["type"] == "timeseries", key
+        for t in panel["targets"]:
+            assert 'node="$node"' in t["expr"], (key, t["expr"])
+    graphed = {
+        name for t in targets() if t.dashboard == "mco-node-detail" for name in _identifiers(t.expr)
+    }
+    assert set(series.SIGNAL_SERIES.values()) <= graphed
+
+
+def test_pipeline_reads_the_exporter_job_and_the_components_histograms() -> None:
+    board = dashboards()["mco-pipeline-health"]
+    scrape = _by_title(board, "Exporter scrape duration")["targets"][0]["expr"]
+    assert 'job=~".*mco-exporter.*"' in scrape
+    for title in ("Reporter cycle duration", "Extender latency p99 by route"):
+        for t in _by_title(board, title)["targets"]:
+            assert t["expr"].startswith("histogram_quantile("), t["expr"]
+            assert "by (le)" in t["expr"] or re.search(r"by \([a-z_, ]*\ble\)", t["expr"])
+
+
+def test_node_variable_suits_each_dashboards_matcher() -> None:
+    """Multi-node boards match ``=~`` (All is ``.*``); node detail shows one node, ``=``."""
+    for name, board in dashboards().items():
+        node = {v["name"]: v for v in board["templating"]["list"]}["node"]
+        assert node["definition"] == f"label_values({series.NODE_INFO}, node)"
+        assert node["refresh"] in (1, 2), "the node list must load, not stay empty"
+        exprs = [t["expr"] for p in panels(board) for t in p["targets"]]
+        if name == "mco-node-detail":
+            assert not node["multi"] and not node["includeAll"]
+            assert not any('node=~"$node"' in e for e in exprs)
+        else:
+            assert node["multi"] and node["includeAll"] and node["allValue"] == ".*"
+            assert not any('node="$node"' in e for e in exprs)
+
+
+# The stats that show 0 rather than "No data": tests/dashboards/test_promql.py checks what they
+# stand on through data_query.
+ZERO_FALLBACK_PANELS = {
+    ("mco-cluster-overview", "Interfered nodes"): (
+        f'count({series.INTERFERENCE_LEVEL}{{node=~"$node"}})'
+    ),
+    ("mco-cluster-overview", "Blocked nodes"): (
+        f'count(max by (node) ({series.HARD_CONSTRAINT_VIOLATED}{{node=~"$node"}}))'
+    ),
+    ("mco-cluster-overview", "Nodes on PSI fallback"): (
+        f'sum({series.MEMORY_PRESSURE_FALLBACK}{{node=~"$node"}})'
+    ),
+    ("mco-cluster-overview", "Kata-ready nodes"): f'sum({series.KATA_READY}{{node=~"$node"}})',
+    ("mco-node-detail", "Collectors off or failing"): (
+        'count(mco_exporter_collector_success{node="$node"})'
+    ),
+    ("mco-pipeline-health", "Exporters down"): (
+        'count(up{job=~".*mco-exporter.*", node=~"$node"})'
+    ),
+}
+
+
+def test_zero_fallbacks_are_stripped_to_the_series_they_stand_on() -> None:
+    stripped = {
+        (t.dashboard, t.panel): data_query(t.expr)
+        for t in targets()
+        if data_query(t.expr) != t.expr
+    }
+    assert stripped == ZERO_FALLBACK_PANELS
+    for t in targets():
+        if (t.dashboard, t.panel) in ZERO_FALLBACK_PANELS:
+            assert t.expr.endswith(" or vector(0)"), t.expr
+
+
+def test_data_query_keeps_bool_comparisons_and_plain_queries() -> None:
+    assert data_query("x > bool 0.5 or vector(0)") == "x > bool 0.5"
+    assert data_query("count(x >= 1e-3) or vector(0)") == "count(x)"
+    assert data_query("count(x > 0.5)") == "count(x > 0.5)"  # no fallback: sent as is
+    assert data_query("sum(x) or vector(0) > 1") == "sum(x) or vector(0) > 1"

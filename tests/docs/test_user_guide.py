@@ -1,34 +1,153 @@
-"""Every `sh test` block of docs/user-guide.md runs, against a live local stack.
+"""Every example in docs/user-guide.md is accounted for.
 
-The guide spells MCO's default local ports and paths; the test runs the stack on free ports and
-a temporary directory and rewrites those in the commands, nothing else.
+`sh test` blocks run against a live local stack, and the `promql test` block is evaluated by its
+Prometheus. The guide spells MCO's default local ports and paths; the test runs the stack on free
+ports and a temporary directory and rewrites those in the commands, nothing else.
+
+Plain `sh` blocks are what a test here cannot run inline (`make run` is interactive and long):
+each of their lines must be named in COVERED, with the end-to-end test that runs it, and that
+test must exist and contain what proves it. `sh cluster` blocks need a Kubernetes API server:
+their `helm install` commands are rendered offline with the chart and must install what their
+scenario promises. No other kind of block may appear.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
+import yaml
 
+from rulegen.series import INTERFERENCE_LEVEL
 from scripts.local_stack import LocalStack, Ports, StackSettings
-
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+from tests.chart.helm import CHART, SCENARIOS, merge, render, scenario_values
+from tests.chart.test_scenarios import EXPECTED
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "user-guide.md"
-BLOCK = re.compile(r"^```sh test\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
+KINDS = {"sh test", "promql test", "sh", "sh cluster"}
+
+# Each line of a plain `sh` block -> (the test that runs it, text that test must contain).
+COVERED: dict[str, tuple[str, str]] = {
+    "make run": (
+        "tests/e2e/test_make_run.py::test_make_run_live_view_then_ctrl_c_stops_everything",
+        '"make", "--no-print-directory", "run"',
+    ),
+    "make run STRESS=io": (
+        "tests/e2e/test_make_run.py::test_make_run_live_view_then_ctrl_c_stops_everything",
+        '"STRESS=io"',
+    ),
+    # Not through make: the same `--stress memory` load (LocalStack.start_load) in a cgroup.
+    "make run STRESS=memory": (
+        "tests/e2e/test_detection.py::"
+        "test_memory_pressure_in_a_cgroup_raises_page_scans_and_the_index",
+        'stack.start_load("memory")',
+    ),
+}
+
+
+def fenced(kind: str) -> list[str]:
+    return [body for info, body in FENCE.findall(GUIDE.read_text()) if info.strip() == kind]
 
 
 def blocks() -> list[str]:
-    found = BLOCK.findall(GUIDE.read_text())
+    found = fenced("sh test")
     assert len(found) >= 7, "the guide lost its runnable examples"
     return found
 
 
+def commands(block: str) -> list[str]:
+    """Shell commands of a block: continuation lines joined, comments and blanks dropped."""
+    joined = block.replace("\\\n", " ")
+    return [
+        line.split("#", 1)[0].strip()
+        for line in joined.splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+
+
+def test_every_block_is_of_a_known_kind() -> None:
+    kinds = [info.strip() for info, _ in FENCE.findall(GUIDE.read_text())]
+    assert set(kinds) <= KINDS, set(kinds) - KINDS
+    assert kinds.count("promql test") >= 1
+
+
+def test_plain_sh_lines_are_each_covered_by_a_named_e2e_test() -> None:
+    lines = [line for block in fenced("sh") for line in commands(block)]
+    assert lines, "the make run block is gone"
+    uncovered, stale = set(lines) - set(COVERED), set(COVERED) - set(lines)
+    assert not uncovered and not stale, f"uncovered: {sorted(uncovered)}, stale: {sorted(stale)}"
+    for line, (node_id, evidence) in COVERED.items():
+        path, name = node_id.split("::")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        test = getattr(module, name, None)
+        assert callable(test), f"{line!r}: {node_id} does not exist"
+        assert evidence in inspect.getsource(test), f"{node_id} does not run {line!r}"
+
+
+def helm_installs() -> list[list[str]]:
+    return [
+        shlex.split(command)
+        for block in fenced("sh cluster")
+        for command in commands(block)
+        if command.startswith("helm install ")
+    ]
+
+
+def test_an_install_command_for_every_scenario_renders_what_it_promises() -> None:
+    seen = set()
+    for argv in helm_installs():
+        release, chart = argv[2], argv[3]
+        assert (ROOT / chart).resolve() == CHART, argv
+        values: dict[str, Any] = {}
+        scenario = None
+        namespace = "default"
+        rest = argv[4:]
+        while rest:
+            flag = rest.pop(0)
+            if flag in ("-n", "--namespace"):
+                namespace = rest.pop(0)
+            elif flag == "-f":
+                path = ROOT / rest.pop(0)
+                assert path.is_file(), path
+                scenario = path.stem
+                values = merge(values, scenario_values(scenario))
+            elif flag == "--set":
+                key, value = rest.pop(0).split("=", 1)
+                override: dict[str, Any] = {}
+                node = override
+                *parents, leaf = key.split(".")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = yaml.safe_load(value)
+                values = merge(values, override)
+            else:
+                assert flag == "--create-namespace", f"unknown flag {flag} in {argv}"
+        assert scenario in SCENARIOS, argv
+        # EXPECTED spells object names for the release "mco"; other names change only names.
+        as_mco = render(values, release="mco", namespace=namespace).objects
+        objects = {f"{o['kind']}/{o['metadata']['name']}" for o in as_mco}
+        present, absent = EXPECTED[scenario]
+        assert present <= objects, f"{argv}: missing {sorted(present - objects)}"
+        assert not (absent & objects), f"{argv}: unexpected {sorted(absent & objects)}"
+        as_named = render(values, release=release, namespace=namespace).objects
+        assert sorted(o["kind"] for o in as_named) == sorted(o["kind"] for o in as_mco), argv
+        seen.add(scenario)
+    assert seen == set(SCENARIOS), f"no install command for {sorted(set(SCENARIOS) - seen)}"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_guide_blocks_run_against_the_local_stack(tmp_path: Path) -> None:
     stack = LocalStack(StackSettings(workdir=tmp_path / "stack", ports=Ports(0, 0, 0, 0)))
     with stack:
@@ -63,3 +182,14 @@ def test_guide_blocks_run_against_the_local_stack(tmp_path: Path) -> None:
             outputs.append(result.stdout)
         rejected = outputs[-2]
         assert "spec.window" in rejected and "psiIOSome" in rejected
+
+        (promql,) = fenced("promql test")
+        for line in promql.strip().splitlines():
+            response = requests.get(
+                f"{stack.prometheus.url}/api/v1/query", params={"query": line}, timeout=10
+            )
+            body = response.json()
+            assert body["status"] == "success", (line, body)
+            if line.split("#", 1)[0].strip() == INTERFERENCE_LEVEL:  # "one series per node"
+                nodes = [r["metric"].get("node") for r in body["data"]["result"]]
+                assert nodes == [stack.settings.node], (line, nodes)

@@ -61,11 +61,13 @@ def test_kvm_must_be_a_device_not_a_file(tmp_path: Path) -> None:
 
 
 def test_shim_must_be_executable(tmp_path: Path) -> None:
+    # Not executable for anyone: root too (root may execute a file only when some x bit is set).
     add_shim(tmp_path, mode=0o644)
     add_kvm(tmp_path)
-    if os.geteuid() == 0:
-        # root may execute a file when any execute bit is set; none is set here
-        assert ready(tmp_path) == 0
+    assert ready(tmp_path) == 0
+    # The same file made executable: ready, so the 0 above came from the mode alone.
+    (tmp_path / "opt/kata/bin/containerd-shim-kata-v2").chmod(0o755)
+    assert ready(tmp_path) == 1
 
 
 def test_shim_paths_option(tmp_path: Path) -> None:

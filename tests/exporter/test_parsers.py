@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.collectors.perf_syscalls import decode_group_read
 from exporter.errors import ParseError
 from exporter.parsers.cpulist import parse_cpulist
 from exporter.parsers.diskstats import parse_diskstats
@@ -46,6 +48,37 @@ kernelish = st.text(
 def test_any_input_parses_or_raises_parse_error(parse: Callable[[str], Any], text: str) -> None:
     with contextlib.suppress(ParseError):
         parse(text)
+
+
+# A perf group read: a plausible header (nr, times) and a tail that may or may not match nr.
+perf_group_reads = st.builds(
+    lambda nr, enabled, running, tail: struct.pack("=QQQ", nr, enabled, running) + tail,
+    st.one_of(st.integers(0, 4), st.integers(0, 2**64 - 1)),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.one_of(
+        st.binary(max_size=48),
+        st.lists(st.integers(0, 2**64 - 1), max_size=4).map(
+            lambda vs: struct.pack(f"={len(vs)}Q", *vs)
+        ),
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.one_of(st.binary(max_size=200), perf_group_reads))
+def test_perf_group_read_decodes_or_raises_value_error(data: bytes) -> None:
+    """Bytes from the kernel's read(2) of a perf group: decoded exactly, or a ValueError."""
+    try:
+        reading = decode_group_read(data)
+    except ValueError:
+        nr = struct.unpack_from("=Q", data)[0] if len(data) >= 8 else None
+        assert nr is None or len(data) != 24 + 8 * nr
+        return
+    nr, enabled, running = struct.unpack_from("=QQQ", data)
+    assert len(data) == 24 + 8 * nr
+    assert (reading.time_enabled, reading.time_running) == (enabled, running)
+    assert reading.values == struct.unpack_from(f"={nr}Q", data, 24)
 
 
 @settings(max_examples=200, deadline=None)

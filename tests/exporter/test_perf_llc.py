@@ -5,7 +5,9 @@ This VM has no PMU, so the real syscall is exercised only for its ENOENT path (l
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import logging
 import struct
 from pathlib import Path
 
@@ -23,7 +25,9 @@ from exporter.collectors.perf_syscalls import (
 )
 from exporter.errors import UnavailableError
 from exporter.paths import Paths
-from exporter.registry import CollectorConfig
+from exporter.registry import CollectorConfig, specs
+from exporter.scrape import NodeCollector
+from tests.exporter.conftest import samples_of, scrape
 
 
 class FakePerf:
@@ -185,6 +189,49 @@ def test_group_read_decoding() -> None:
         decode_group_read(b"\0" * 8)
     with pytest.raises(ValueError, match="for 3 values"):
         decode_group_read(struct.pack("=QQQQQ", 3, 10, 5, 7, 3))
+
+
+class FailingReads(FakePerf):
+    """Opens fine; every read fails the same way (a CPU's counters gone bad)."""
+
+    def read(self, fd: int, size: int) -> bytes:
+        raise OSError(errno.EIO, "injected read failure")
+
+
+DISABLED = "collector disabled for this run"
+
+
+@pytest.mark.parametrize(
+    ("fake", "message", "reason"),
+    [
+        (FakePerf(fail_at=0, err=errno.ENOENT), DISABLED, "no hardware PMU"),
+        (FakePerf(fail_at=1, err=errno.EACCES), DISABLED, "CAP_PERFMON"),
+        (FailingReads(), "collector failed", "injected read failure"),
+    ],
+    ids=["no-pmu", "no-permission", "read-fails"],
+)
+def test_reason_is_logged_once_over_many_scrapes(
+    tmp_path: Path, caplog, fake: FakePerf, message: str, reason: str
+) -> None:
+    online = tmp_path / "sys/devices/system/cpu/online"
+    online.parent.mkdir(parents=True)
+    online.write_text("0-1\n")
+    spec = dataclasses.replace(
+        specs()["perf_llc"], factory=lambda config: PerfLLCCollector(config, syscalls=fake)
+    )
+    with caplog.at_level(logging.DEBUG, logger="mco.exporter"):
+        node = NodeCollector(
+            [spec], CollectorConfig(Paths(sysfs=str(tmp_path / "sys"))), node_name="n", kernel="k"
+        )
+        texts = [scrape(node) for _ in range(5)]
+    key = ("mco_exporter_collector_success", frozenset({("collector", "perf_llc")}))
+    assert [samples_of(t)[key] for t in texts] == [0] * 5
+    assert all("mco_llc_references_total" not in t for t in texts)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.getMessage(), getattr(r, "collector", None)) for r in warnings] == [
+        (message, "perf_llc")
+    ]
+    assert reason in getattr(warnings[0], "reason", "")
 
 
 def test_real_syscall_on_this_host_reports_why() -> None:

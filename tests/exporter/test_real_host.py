@@ -6,12 +6,17 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
+from exporter.collectors.biolatency import BiolatencyCollector
+from exporter.errors import UnavailableError
+from exporter.paths import Paths
+from exporter.registry import CollectorConfig, specs
 from scripts.procs import Managed, free_port
 from tests.exporter.conftest import samples_of
 
@@ -114,30 +119,85 @@ def _io_totals(url: str) -> tuple[float, float, float]:
     return psi, completed, histogram
 
 
-def test_real_io_stress_raises_io_pressure_and_block_signals(exporter: str, tmp_path: Path) -> None:
+STRESS_SECONDS = 6
+SETTLE_SECONDS = 0.5
+# What the stress run must add on top of an idle window of the same length (so also at least
+# this much in absolute terms): on this VM stress adds 1.3-2.3 s of I/O stall and 1,000-1,500
+# completions, an idle window a few ms and under 200. Steady I/O from elsewhere adds to both
+# windows alike and cancels out.
+FLOORS = {"psi": 0.5, "completed": 500, "histogram": 500}
+KEYS = ("psi", "completed", "histogram")
+
+
+@dataclass(frozen=True)
+class IOStress:
+    idle: dict[str, float]
+    stressed: dict[str, float]
+    biolatency_on: bool
+
+    def check(self, signal: str, what: str) -> None:
+        idle, stressed = self.idle[signal], self.stressed[signal]
+        need = idle + FLOORS[signal]
+        assert stressed >= need, (
+            f"{what}: +{stressed:g} under stress, +{idle:g} idle over the same "
+            f"{STRESS_SECONDS + SETTLE_SECONDS} s; need at least +{need:g} "
+            f"(all signals idle {self.idle}, stressed {self.stressed})"
+        )
+
+
+def _increase(url: str, during: Callable[[], object]) -> dict[str, float]:
+    before = _io_totals(url)
+    during()
+    time.sleep(SETTLE_SECONDS)
+    after = _io_totals(url)
+    return {k: a - b for k, a, b in zip(KEYS, after, before, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def io_stress(exporter: str, tmp_path_factory) -> IOStress:
+    """The same window measured idle, then under real stress-ng disk I/O."""
     if shutil.which("stress-ng") is None:
         pytest.fail("stress-ng missing: make test installs it")
     _, success = names_and_success(requests.get(exporter, timeout=10).text)
-    psi0, completed0, hist0 = _io_totals(exporter)
-    subprocess.run(
-        [
-            "stress-ng",
-            "--hdd",
-            "2",
-            "--hdd-bytes",
-            "64M",
-            "--timeout",
-            "6s",
-            "--temp-path",
-            str(tmp_path),
-            "--quiet",
-        ],
-        check=True,
-        timeout=60,
-    )
-    time.sleep(0.5)
-    psi1, completed1, hist1 = _io_totals(exporter)
-    assert psi1 > psi0, "PSI io some did not rise under real I/O stress"
-    assert completed1 > completed0 + 100, "diskstats saw no block I/O"
-    if success.get("biolatency"):
-        assert hist1 > hist0 + 100, "eBPF histogram saw no block I/O"
+    idle = _increase(exporter, lambda: time.sleep(STRESS_SECONDS))
+    temp = tmp_path_factory.mktemp("stress")
+    command = [
+        "stress-ng",
+        "--hdd",
+        "2",
+        "--hdd-bytes",
+        "64M",
+        "--timeout",
+        f"{STRESS_SECONDS}s",
+        "--temp-path",
+        str(temp),
+        "--quiet",
+    ]
+    stressed = _increase(exporter, lambda: subprocess.run(command, check=True, timeout=60))
+    return IOStress(idle, stressed, bool(success["biolatency"]))
+
+
+def test_real_io_stress_raises_diskstats_completions(io_stress: IOStress) -> None:
+    io_stress.check("completed", "diskstats completed I/Os")
+
+
+def test_real_io_stress_raises_io_pressure(io_stress: IOStress) -> None:
+    if not Path("/proc/pressure/io").exists():
+        pytest.skip("this kernel has no PSI (/proc/pressure/io absent)")
+    io_stress.check("psi", "PSI io some stall seconds")
+
+
+def test_real_io_stress_fills_the_ebpf_histogram(io_stress: IOStress) -> None:
+    if not io_stress.biolatency_on:
+        # Off in the exporter: fine only if it cannot load here either; then say why.
+        try:
+            _biolatency_collector().close()
+        except UnavailableError as exc:
+            pytest.skip(f"biolatency cannot load on this host: {exc}")
+        pytest.fail("biolatency loads on this host but the exporter reported it off")
+    io_stress.check("histogram", "eBPF block I/O latency histogram count")
+
+
+def _biolatency_collector() -> BiolatencyCollector:
+    spec = specs()["biolatency"]
+    return BiolatencyCollector(CollectorConfig(Paths(), {o.name: o.default for o in spec.options}))

@@ -55,12 +55,53 @@ def test_status_subresource_and_printer_columns() -> None:
     version = crd()["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
-    assert columns["Level"] == ".status.nodes.*.level"
-    assert columns["Score"] == ".status.nodes.*.score"
-    assert columns["Schedulable"] == ".status.nodes.*.schedulable"
+    assert columns["Max Level"] == ".status.summary.maxLevel"
+    assert columns["Min Score"] == ".status.summary.minScore"
+    assert columns["Unschedulable"] == ".status.summary.unschedulable"
+    assert columns["Nodes"] == ".status.summary.nodes"
     assert columns["Last Sync"] == ".status.lastSyncTime"
     assert columns["Age"] == ".metadata.creationTimestamp"
+    # Never a wildcard over the nodes: that shows whichever node comes first.
+    assert not [p for p in columns.values() if "*" in p or ".status.nodes" in p]
     assert crd()["spec"]["scope"] == "Cluster"
+
+
+def _column_values(obj: dict[str, Any]) -> dict[str, Any]:
+    """What ``kubectl get`` prints for ``obj`` (the columns are plain dotted paths)."""
+    out = {}
+    for column in crd()["spec"]["versions"][0]["additionalPrinterColumns"]:
+        value: Any = obj
+        for key in column["jsonPath"].lstrip(".").split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        out[column["name"]] = value
+    return out
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_columns_show_the_worst_node_not_the_first(fail: bool) -> None:
+    """The `cluster` object's first node is quiet and another violates: the columns must say
+    so. Per-node objects show their own node; staleness is on `cluster` only."""
+    (cluster,) = _objects(False, "cluster", fail)
+    assert next(iter(cluster["status"]["nodes"])) == "quiet"  # the first node is the quiet one
+    row = _column_values(cluster)
+    assert row["Nodes"] == 4
+    assert row["Unschedulable"] == 1
+    assert row["Max Level"] == 1.0
+    assert row["Min Score"] == 0.0
+    assert row["Stale"] == 0  # two nodes lag, but their samples are 1-2 s old
+    rows = {o["metadata"]["name"]: _column_values(o) for o in _objects(False, "per-node", fail)}
+    assert rows["cluster"]["Nodes"] == 4 and rows["cluster"]["Unschedulable"] == 1
+    assert rows["hot"] | {"Last Sync": None, "Age": None} == {
+        "Nodes": 1,
+        "Max Level": 1.0,
+        "Min Score": 0.0,
+        "Unschedulable": 1,
+        "Stale": None,
+        "Last Sync": None,
+        "Age": None,
+    }
+    assert rows["quiet"]["Unschedulable"] == 0 and rows["quiet"]["Max Level"] == 0.1
+    assert rows["empty"]["Max Level"] is None and rows["empty"]["Nodes"] == 1
 
 
 def _objects(compact: bool, layout: str, fail: bool = False) -> list[Any]:
@@ -114,6 +155,10 @@ def test_validation_rejects_what_a_cluster_would_reject() -> None:
         lambda o: o["status"]["conditions"][0].__setitem__("status", "Maybe"),
         lambda o: o["status"].__setitem__("lastSyncTime", "yesterday"),
         lambda o: o["status"]["nodes"]["hot"]["signals"].__setitem__("psiIOSome", None),
+        lambda o: o["status"]["summary"].__setitem__("unschedulable", -1),
+        lambda o: o["status"]["summary"].__setitem__("maxLevel", 1.5),
+        lambda o: o["status"]["summary"].pop("nodes"),
+        lambda o: o["status"]["summary"].__setitem__("stale", 0.5),
     ]
     for mutate in mutations:
         bad = copy.deepcopy(good)

@@ -1,5 +1,7 @@
-"""Two real ``mco-reporter`` processes against kmock: only the leader writes; killing it (SIGKILL,
-no release) hands the report to the standby within the lease duration."""
+"""Two real ``mco-reporter`` processes against kmock: only the leader writes, and only its
+``mco_reporter_leader`` gauge is 1; killing it (SIGKILL, no release) hands the report to the
+standby within the lease duration plus one retry period (the standby notices an expired lease
+at its next retry)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from reporter.query import Plan
 from reporter.schema import parse_time
+from scripts.procs import free_port
 from tests.reporter.conftest import validate_object, write_kubeconfig
 from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import quiet_values
@@ -29,7 +33,9 @@ LEASE = [
 ]
 
 
-def start(identity: str, prom_url: str, kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def start(
+    identity: str, prom_url: str, kubeconfig: Path, log: Path, metrics_port: int
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -40,7 +46,7 @@ def start(identity: str, prom_url: str, kubeconfig: Path, log: Path) -> subproce
             "--interval=0.25s",
             f"--leader-elect-identity={identity}",
             "--leader-elect-namespace=mco",
-            "--web.listen-address=",
+            f"--web.listen-address=127.0.0.1:{metrics_port}",
             *LEASE,
         ],
         stdout=log.open("wb"),
@@ -68,6 +74,22 @@ def writers(kapi: Any) -> set[str]:
     return {a.partition("(")[2].rstrip(")") for a in agents}
 
 
+async def leader_gauge(port: int) -> float | None:
+    """``mco_reporter_leader`` as the replica's /metrics serves it (None: not served yet)."""
+
+    def get() -> float | None:
+        try:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        except requests.RequestException:
+            return None
+        for line in text.splitlines():
+            if line.startswith("mco_reporter_leader "):
+                return float(line.split()[1])
+        return None
+
+    return await asyncio.to_thread(get)
+
+
 def holder(kapi: Any) -> str | None:
     lease = kapi.lease("mco-reporter", "mco")
     return lease["spec"].get("holderIdentity") if lease else None
@@ -83,8 +105,11 @@ async def test_standby_takes_over_when_the_leader_is_killed(kapi, tmp_path: Path
             "b": quiet_values(Plan(compact=False)),
         }
         try:
+            ports = {name: free_port() for name in ("r1", "r2")}
             for name in ("r1", "r2"):
-                procs[name] = start(name, prom.url, kubeconfig, tmp_path / f"{name}.log")
+                procs[name] = start(
+                    name, prom.url, kubeconfig, tmp_path / f"{name}.log", ports[name]
+                )
             await until(lambda: holder(kapi) in procs, 20, "a leader")
             leader = holder(kapi)
             assert leader is not None
@@ -92,13 +117,17 @@ async def test_standby_takes_over_when_the_leader_is_killed(kapi, tmp_path: Path
             await until(lambda: "cluster" in kapi.reports(), 10, "the report")
             await asyncio.sleep(1.0)
             assert writers(kapi) == {leader}  # the standby wrote nothing
+            assert await leader_gauge(ports[leader]) == 1
+            assert await leader_gauge(ports[standby]) == 0
             before = kapi.reports()["cluster"]["status"]["lastSyncTime"]
             procs[leader].send_signal(signal.SIGKILL)
             await until(lambda: procs[leader].poll() is not None, 5, "the kill")
             killed = time.monotonic()
             await until(lambda: holder(kapi) == standby, 10, "the standby to take the lease")
             took = time.monotonic() - killed
-            assert took <= 3.0 + 0.5 + 1.0  # lease duration + a retry period + slack
+            # The bound is the lease duration + one retry period (the standby sees the lease
+            # expire at its next retry), plus slack for this machine.
+            assert took <= 3.0 + 0.5 + 1.0
             # The new leader writes: the heartbeat moves again.
             await until(
                 lambda: (
@@ -111,6 +140,7 @@ async def test_standby_takes_over_when_the_leader_is_killed(kapi, tmp_path: Path
             for obj in kapi.reports().values():
                 validate_object(obj)
             assert writers(kapi) == {leader, standby}
+            assert await leader_gauge(ports[standby]) == 1
         finally:
             # Wait without blocking the loop: kmock serves from it, and a stopping reporter
             # releases its lease through it.

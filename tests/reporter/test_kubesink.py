@@ -4,6 +4,7 @@ kmock itself accepts anything."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -11,15 +12,20 @@ import msgspec
 import pytest
 from kmock._internal import enums
 
+from reporter.cli import Reporter
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
+from reporter.metrics import ReporterMetrics
+from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
+from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from tests.reporter.conftest import validate_object
+from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import T0, quiet_values, snapshot
 from tests.reporter.kapi import REPORTS, VersionedKubernetes
 
@@ -105,7 +111,8 @@ async def test_creates_the_report_then_patches_only_changed_nodes(kapi, api_clie
     )
     body = new[0].data
     assert set(body["status"]["nodes"]) == {"n2"}
-    assert set(body["status"]) == {"nodes", "lastSyncTime"}  # nothing else changed
+    assert set(body["status"]) == {"nodes", "lastSyncTime", "summary"}  # nothing else changed
+    assert body["status"]["summary"] == {"maxLevel": 0.9, "minScore": pytest.approx(10)}
     assert set(body["status"]["nodes"]["n2"]) == {"level", "score", "sampleTime"}  # the diff only
     assert stored(kapi)["cluster"]["status"]["nodes"]["n2"]["level"] == 0.9
 
@@ -258,7 +265,9 @@ async def test_per_node_layout_one_object_per_node(kapi, api_client) -> None:
     await rig.cycle(fleet)
     new = writes(kapi)[before:]
     assert [r.url.path.rsplit("/", 2)[-2] for r in new] == ["b", "cluster"]  # node, then heartbeat
-    assert set(new[1].data["status"]) == {"lastSyncTime"}
+    assert set(new[1].data["status"]) == {"lastSyncTime", "summary"}  # b is the new maximum
+    assert new[1].data["status"]["summary"] == {"maxLevel": 0.8, "minScore": pytest.approx(20)}
+    assert set(new[0].data["status"]) == {"nodes", "lastSyncTime", "summary"}
 
     del fleet["a"]
     for _ in range(33):
@@ -335,3 +344,212 @@ async def test_an_object_that_does_not_decode_is_an_error_not_a_crash(kapi, api_
     rig.sink.forget()  # a restart: the next write starts with a fresh read
     result = await rig.cycle({"a": node(0.2)})
     assert result.errors == ["malformed"] and rig.sink.retry_at > rig.clock.now
+
+
+def levelless() -> dict[tuple[Kind, str], float]:
+    """A node whose level and score are absent at the source."""
+    v = node(0.1)
+    del v[(Kind.LEVEL, "")], v[(Kind.SCORE, "")]
+    return v
+
+
+def violating(level: float) -> dict[tuple[Kind, str], float]:
+    v = node(level)
+    v[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    return v
+
+
+async def test_summary_is_written_and_patched_only_when_it_changes(kapi, api_client) -> None:
+    rig = Rig(api_client)
+    fleet = {"a": node(0.1), "b": node(0.2)}
+    await rig.cycle(fleet)
+    assert stored(kapi)["cluster"]["status"]["summary"] == {
+        "nodes": 2,
+        "unschedulable": 0,
+        "maxLevel": 0.2,
+        "minScore": pytest.approx(80),
+        "stale": 0,
+    }
+    fleet["b"] = violating(0.95)
+    assert (await rig.cycle(fleet)).ok
+    summary = stored(kapi)["cluster"]["status"]["summary"]
+    assert (summary["unschedulable"], summary["maxLevel"]) == (1, 0.95)
+    # Nothing moves: the heartbeat alone, no summary.
+    before = len(writes(kapi))
+    await rig.cycle(fleet)
+    (only,) = writes(kapi)[before:]
+    assert set(only.data["status"]) == {"lastSyncTime"}
+    # Every level disappears: maxLevel and minScore are removed (sent as null), not kept.
+    before = len(writes(kapi))
+    assert (await rig.cycle({"a": levelless(), "b": levelless()})).ok
+    (patch,) = writes(kapi)[before:]
+    assert patch.data["status"]["summary"] == {
+        "unschedulable": 0,
+        "maxLevel": None,
+        "minScore": None,
+    }
+    assert stored(kapi)["cluster"]["status"]["summary"] == {
+        "nodes": 2,
+        "unschedulable": 0,
+        "stale": 0,
+    }
+
+
+async def test_per_node_objects_summarize_their_node(kapi, api_client) -> None:
+    rig = Rig(api_client, layout="per-node")
+    await rig.cycle({"a": node(0.1), "b": violating(0.7)})
+    objects = stored(kapi)
+    assert objects["a"]["status"]["summary"] == {
+        "nodes": 1,
+        "unschedulable": 0,
+        "maxLevel": 0.1,
+        "minScore": pytest.approx(90),
+    }
+    assert objects["b"]["status"]["summary"]["unschedulable"] == 1
+    whole = objects["cluster"]["status"]["summary"]
+    assert (whole["nodes"], whole["unschedulable"], whole["maxLevel"], whole["stale"]) == (
+        2,
+        1,
+        0.7,
+        0,
+    )
+    # Objects written by a reporter without summaries get one patch each, then nothing.
+    for name in ("a", "b"):
+        raw = kapi.objects[(REPORTS, None, name)].raw
+        del raw["status"]["summary"]
+        kapi.objects[(REPORTS, None, name)] = raw
+    second = Rig(api_client, layout="per-node")
+    second.t = rig.t
+    second.tracker.seed(await second.sink.load())
+    before = len(writes(kapi))
+    assert (await second.cycle({"a": node(0.1), "b": violating(0.7)})).ok
+    new = writes(kapi)[before:]
+    assert sorted(r.url.path.rsplit("/", 2)[-2] for r in new) == ["a", "b", "cluster"]
+    assert set(new[0].data["status"]) == {"summary"}
+    assert stored(kapi)["b"]["status"]["summary"]["unschedulable"] == 1
+    before = len(writes(kapi))
+    await second.cycle({"a": node(0.1), "b": violating(0.7)})
+    assert [r.url.path.rsplit("/", 2)[-2] for r in writes(kapi)[before:]] == ["cluster"]
+
+
+async def test_source_failure_reaches_the_object(kapi, api_client) -> None:
+    """Prometheus fails: the object says so (SourceReachable=False), its entries and heartbeat
+    stay as they were (never zeros with a fresh time), and after staleAfter the summary counts
+    the nodes as stale."""
+    rig = Rig(api_client)
+    await rig.cycle({"a": node(0.3), "b": node(0.6)})
+    before = stored(kapi)["cluster"]
+
+    async def failing(seconds: float) -> Any:
+        rig.t += seconds
+        rig.clock.now += seconds
+        rig.tracker.fail(SourceError(UNREACHABLE, "connection refused"), rig.t)
+        return await rig.sink.write(rig.tracker.view())
+
+    n = len(writes(kapi))
+    assert (await failing(1)).ok
+    (patch,) = writes(kapi)[n:]
+    assert set(patch.data["status"]) == {"conditions"}  # nothing about the nodes
+    after = stored(kapi)["cluster"]
+    conditions = {c["type"]: c for c in after["status"]["conditions"]}
+    assert conditions["SourceReachable"]["status"] == "False"
+    assert conditions["SourceReachable"]["reason"] == "Unreachable"
+    assert "connection refused" in conditions["SourceReachable"]["message"]
+    assert conditions["Synced"]["status"] == "False"
+    assert after["status"]["lastSyncTime"] == before["status"]["lastSyncTime"]
+    assert after["status"]["nodes"] == before["status"]["nodes"]
+    n = len(writes(kapi))
+    assert (await failing(1)).ok
+    assert writes(kapi)[n:] == []  # the same failure again: nothing to send
+    assert (await failing(30)).ok
+    after = stored(kapi)["cluster"]
+    assert after["status"]["summary"]["stale"] == 2
+    assert after["status"]["nodes"] == before["status"]["nodes"]
+    assert after["status"]["lastSyncTime"] == before["status"]["lastSyncTime"]
+
+
+async def test_too_large_object_is_reported_and_backed_off(kapi, api_client) -> None:
+    rig = Rig(api_client)
+    await rig.cycle({"a": node(0.1)})
+    kapi.fail("update", 413)
+    result = await rig.cycle({"a": node(0.7)})
+    assert result.errors == ["too_large"] and rig.sink.retry_at > rig.clock.now
+    before = len(list(kapi))
+    assert (await rig.cycle({"a": node(0.7)})).skipped and len(list(kapi)) == before
+    rig.clock.now = rig.sink.retry_at + 0.01
+    assert (await rig.cycle({"a": node(0.7)})).ok
+    assert stored(kapi)["cluster"]["status"]["nodes"]["a"]["level"] == 0.7
+
+
+async def test_explicit_cluster_layout_over_the_limit_warns_once(kapi, api_client, caplog) -> None:
+    rig = Rig(api_client, layout="cluster", max_bytes=6000)
+    small = {f"n{i}": node(0.1) for i in range(3)}
+    big = {f"n{i}": node(0.1) for i in range(12)}
+    caplog.set_level("WARNING", logger="mco.reporter.layout")
+
+    def over() -> bool:
+        return rig.sink.chooser.over_limit
+
+    await rig.cycle(small)
+    assert not over() and not caplog.records
+    for _ in range(3):
+        result = await rig.cycle(big)
+        assert result.layout == "cluster"  # kept: the operator asked for it
+    assert over()
+    (warning,) = caplog.records
+    assert "--layout per-node" in warning.getMessage()
+    assert getattr(warning, "object_bytes", 0) > 6000
+    for _ in range(33):  # the fleet shrinks again (nodes age out): the flag clears
+        await rig.cycle(small)
+    assert not over()
+    await rig.cycle(big)
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 2  # a new crossing
+
+
+async def test_api_write_metrics_move_with_what_was_sent(kapi, api_client) -> None:
+    """mco_reporter_api_writes_total{verb} and mco_reporter_api_write_bytes_total, read from a
+    whole Reporter's registry, equal the requests and body bytes the API server received."""
+    m = ReporterMetrics()
+
+    def counted() -> tuple[dict[str, float], float]:
+        verbs = {
+            v: m.registry.get_sample_value("mco_reporter_api_writes_total", {"verb": v}) or 0.0
+            for v in ("create", "patch", "delete")
+        }
+        return verbs, m.registry.get_sample_value("mco_reporter_api_write_bytes_total") or 0.0
+
+    def received() -> tuple[dict[str, float], float]:
+        verbs = {"POST": "create", "PATCH": "patch", "DELETE": "delete"}
+        sent = writes(kapi)
+        by_verb = {
+            v: float(sum(1 for r in sent if verbs[r.method.value] == v)) for v in verbs.values()
+        }
+        return by_verb, float(sum(len(r.body) for r in sent))
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {f"n{i}": node(0.1) for i in range(4)}
+        reporter = Reporter(
+            source=source,
+            rules=RuleConfigSource(),
+            plan=PLAN,
+            epsilon=Epsilon(),
+            metrics=m,
+            kube_sink=KubeSink(ReportApi(api_client), LayoutChooser("auto", 3000)),
+        )
+        assert (await reporter.cycle()).ok  # per-node at this limit: creates and patches
+        assert counted() == received() and counted()[0]["create"] == 5
+        first_bytes = counted()[1]
+        prom.nodes["n1"] = node(0.9)
+        assert (await reporter.cycle()).ok
+        assert counted() == received()
+        # One node changed: its object and the heartbeat, a small fraction of the first cycle.
+        assert counted()[0]["patch"] == 5 + 2
+        assert 0 < counted()[1] - first_bytes < first_bytes / 3
+        for name in list(prom.nodes)[1:]:  # three nodes go away...
+            del prom.nodes[name]
+        reporter.tracker.stale_after = 1.0  # ...and age out at the next cycle
+        await asyncio.sleep(1.1)
+        assert (await reporter.cycle()).ok
+        # One node left: auto goes back to the cluster layout, so all four node objects go.
+        assert reporter.kube_sink is not None and reporter.kube_sink.chooser.current == "cluster"
+        assert counted() == received() and counted()[0]["delete"] == 4

@@ -231,3 +231,35 @@ def test_a_seeded_node_that_never_reports_again_ages_and_goes() -> None:
     assert not fresh.entries["b"].live and fresh.entries["a"].signals is None
     fresh.apply(snapshot(Plan(compact=True), {"a": quiet_values(Plan(compact=True))}, T0 + 31))
     assert "b" not in fresh.entries
+
+
+def test_summary_follows_the_entries_and_counts_stale_nodes() -> None:
+    """The summary is the whole report's: worst level and score, unschedulable nodes, and the
+    nodes a reader judges stale (which grows during an outage without any entry changing)."""
+    t = tracker(stale_after=30.0)
+    hot = node(0.9)
+    hot[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    t.apply(snapshot(PLAN, {"a": node(0.1), "b": hot, "c": node(0.4)}, T0))
+    s = t.view().summary
+    assert (s.nodes, s.unschedulable, s.max_level, s.min_score, s.stale) == (
+        3,
+        1,
+        0.9,
+        100 * (1 - 0.9),
+        0,
+    )
+    # The hot node calms down: recomputed from the new entries.
+    t.apply(snapshot(PLAN, {"a": node(0.1), "b": node(0.3), "c": node(0.4)}, T0 + 1))
+    s = t.view().summary
+    assert (s.unschedulable, s.max_level) == (0, 0.4)
+    # The source goes away: entries stay, and after staleAfter they all count as stale.
+    t.fail(SourceError(UNREACHABLE, "down"), T0 + 10)
+    assert t.view().summary.stale == 0
+    t.fail(SourceError(UNREACHABLE, "down"), T0 + 40)
+    s = t.view().summary
+    assert (s.nodes, s.stale, s.max_level) == (3, 3, 0.4)
+    # A node without a level does not count as 0.
+    t2 = tracker()
+    t2.apply(snapshot(PLAN, {"x": {(Kind.FALLBACK, ""): 0.0}}, T0))
+    s = t2.view().summary
+    assert (s.nodes, s.max_level, s.min_score) == (1, None, None)

@@ -100,9 +100,11 @@ def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     return errors
 
 
-def api_server_errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[str]:
+def api_server_errors(
+    crd: dict[str, Any], obj: dict[str, Any], version: str = "v1alpha1"
+) -> list[str]:
     """Why the API server would reject ``obj`` (empty when it would accept it)."""
-    schema = version_schema(crd)
+    schema = version_schema(crd, version)
     defaulted = apply_defaults(schema, obj)
     validator = jsonschema.Draft7Validator(_strict(schema))
     errors = [

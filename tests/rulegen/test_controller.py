@@ -2,7 +2,8 @@
 
 kmock stores objects and streams watch events but has no server-side apply and does not
 validate; ``Cluster`` adds create-on-apply (what kube-apiserver does for an apply PATCH of an
-absent object) and injectable 503s, and every object the controller writes is judged against
+absent object) and injectable 503s to the reporter's resourceVersion-keeping emulator (which the
+Lease of leader election needs), and every object the controller writes is judged against
 the CRD with tests/rulegen/crd_validation.py.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.test_utils
 import attrs
 import kmock
 import pytest
@@ -32,17 +34,19 @@ from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object
 from rulegen.render import render_prometheusrule
 from scripts.procs import free_port
+from tests.reporter.kapi import VersionedKubernetes
 from tests.rulegen.crd_validation import api_server_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 DRC = kmock.resource("mco.io", "v1alpha1", "detectionruleconfigs")
 RULES = kmock.resource("monitoring.coreos.com", "v1", "prometheusrules")
+LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 DRC_PATH = "/apis/mco.io/v1alpha1/detectionruleconfigs"
 RULE_PATH = "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheusrules/mco-rules"
 
 
 @attrs.define(kw_only=True)
-class Cluster(kmock.KubernetesEmulator):
+class Cluster(VersionedKubernetes):
     failing: set[str] = attrs.field(factory=set)  # path fragments answered 503 (not GETs)
     applies: list[dict[str, Any]] = attrs.field(factory=list)  # every apply PATCH seen
 
@@ -79,7 +83,16 @@ class Cluster(kmock.KubernetesEmulator):
                     raw = self._objects[key].raw
                     await self._buses[request.resource].put({"type": "ADDED", "object": raw})
                     return aiohttp.web.json_response(raw, status=201)
-        return await super()._handle(request)
+        response: aiohttp.web.StreamResponse = await super()._handle(request)
+        return response
+
+
+class QuickShutdownServer(aiohttp.test_utils.RawTestServer):
+    """Stops in 0.5 s: aiohttp otherwise waits up to a minute for an open watch to end."""
+
+    async def _make_runner(self, debug: bool = True, **kwargs: Any) -> aiohttp.web.ServerRunner:
+        server = aiohttp.web.Server(self._handler, loop=self._loop, debug=debug, **kwargs)
+        return aiohttp.web.ServerRunner(server, debug=debug, shutdown_timeout=0.5)
 
 
 def drc(spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
@@ -148,6 +161,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     async with Cluster() as k:
         k.resources["mco.io/v1alpha1/detectionruleconfigs"] = kmock.ResourceInfo()
         k.resources["monitoring.coreos.com/v1/prometheusrules"] = kmock.ResourceInfo()
+        k.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True)
         yield k
 
 
@@ -290,7 +304,7 @@ async def test_unreachable_api_is_retried_until_it_answers(cluster):
         assert controller.metrics.up._value.get() == 0
         # The API server comes up (with the config already stored).
         cluster.objects[DRC, None, "default"] = drc(GOOD)
-        async with kmock.Server(cluster, port=port):
+        async with kmock.Server(cluster, port=port, server_cls=QuickShutdownServer):
             await eventually(lambda: "appliedRulesHash" in status(cluster), timeout=5, what="sync")
             assert controller.synced.is_set() and controller.metrics.up._value.get() == 1
         # It goes away again mid-watch: the controller keeps retrying, the rules stay.
@@ -390,6 +404,7 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
             f"--web.tls-key-file={tmp_path / 'server.pem'}",
             "--prometheusrule-namespace=monitoring",
             "--prometheusrule-label=release=kps",
+            "--leader-elect-identity=only",
             "--log.format=json",
             cwd=ROOT,
             env=env,
@@ -416,6 +431,10 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
                     text = await r.text()
             assert "mco_rulegen_config_accepted 1.0" in text
             assert "mco_rulegen_applied_generation 1.0" in text
+            # Leader-elected by default, with the Lease beside the PrometheusRule.
+            assert "mco_rulegen_leader 1.0" in text
+            lease = cluster.objects[LEASES, "monitoring", "mco-rulegen"].raw
+            assert lease["spec"]["holderIdentity"] == "only"
             assert rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"]
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -423,6 +442,12 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
         assert proc.returncode == 0, stderr.decode()
         lines = [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
         assert any(rec["msg"] == "PrometheusRule applied" for rec in lines)
+        # SIGTERM released the lease, so a standby need not wait it out.
+        assert (
+            not cluster.objects[LEASES, "monitoring", "mco-rulegen"]
+            .raw["spec"]
+            .get("holderIdentity")
+        )
         assert "not-a-secret" not in stderr.decode()  # no credentials in the logs
 
 
@@ -432,3 +457,4 @@ def test_cli_rejects_bad_flags():
     assert main(["controller", "--web.listen-address=nowhere"]) == 2
     assert main(["controller", "--resync=5"]) == 2
     assert main(["controller", "--web.tls-cert-file=/x.pem"]) == 2
+    assert main(["controller", "--leader-elect-renew-deadline=20s"]) == 2  # > lease duration
