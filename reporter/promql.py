@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import ssl
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -18,6 +19,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import msgspec
+
+
+def _inflate_module() -> Any:
+    """isal's zlib (same API, a faster inflate), else zlib itself."""
+    try:
+        from isal import isal_zlib  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:  # pragma: no cover - isal is a dependency
+        return zlib
+    return isal_zlib
+
+
+_zlib: Any = _inflate_module()
 
 T = TypeVar("T")
 
@@ -153,13 +166,14 @@ class PromQLClient:
 
     async def __aenter__(self) -> PromQLClient:
         headers = dict(self.config.headers)
-        if not self.config.compression:
-            headers["Accept-Encoding"] = "identity"
+        headers["Accept-Encoding"] = "gzip" if self.config.compression else "identity"
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=4),
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.config.timeout),
-            auto_decompress=True,
+            # Inflated in one call after the read (see inflate()): aiohttp's chunk-by-chunk
+            # inflate of a 16 MiB answer costs about twice the CPU.
+            auto_decompress=False,
         )
         return self
 
@@ -201,12 +215,15 @@ class PromQLClient:
             async with self._session.post(self._endpoint, data=form, headers=self._auth()) as r:
                 body = await r.read()
                 status = r.status
+                encoding = r.headers.get("Content-Encoding", "identity").strip().lower()
         except TimeoutError as exc:
             raise SourceError(
                 TIMEOUT, f"no answer from {self.where} within {self.config.timeout:g}s"
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise SourceError(UNREACHABLE, f"cannot reach {self.where}: {_describe(exc)}") from exc
+        if encoding not in ("", "identity"):
+            body = inflate(body, encoding, self.where)
         if b'"+Inf"' in body:  # Go's spelling; msgspec reads "Inf" but not "+Inf"
             body = body.replace(b'"+Inf"', b'"Inf"')
         try:
@@ -232,6 +249,30 @@ class PromQLClient:
                 BAD_ANSWER, f"{self.where} answered a {answer.data.resultType}, not a vector"
             )
         return answer.data.result, len(body)
+
+
+MAX_ANSWER_BYTES: Final = 1 << 30  # inflated; a larger answer is refused, not buffered
+_WBITS: Final = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + 15}
+
+
+def inflate(body: bytes, encoding: str, where: str) -> bytes:
+    """A compressed answer, inflated in one call (isal's inflate where installed: ~1.5x
+    faster than zlib's); SourceError when it is not valid or too large."""
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise SourceError(BAD_ANSWER, f"{where} answered in an unknown encoding {encoding!r}")
+    try:
+        inflater = _zlib.decompressobj(wbits=wbits)
+        out: bytes = inflater.decompress(body, MAX_ANSWER_BYTES)
+        if inflater.unconsumed_tail:
+            raise SourceError(
+                BAD_ANSWER, f"{where} answered more than {MAX_ANSWER_BYTES >> 20} MiB inflated"
+            )
+        if not inflater.eof:
+            raise SourceError(BAD_ANSWER, f"{where} sent a truncated {encoding} answer")
+    except (zlib.error, _zlib.error) as exc:
+        raise SourceError(BAD_ANSWER, f"{where} sent an invalid {encoding} answer: {exc}") from exc
+    return out
 
 
 def _describe(exc: BaseException) -> str:

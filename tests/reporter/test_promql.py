@@ -4,6 +4,8 @@ Secrets must never appear in an error message (they end up in logs and in the re
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -257,3 +259,52 @@ async def test_one_failing_query_fails_the_cycle(server) -> None:
     async with PromQLClient(SourceConfig(url_of(srv))) as client:
         with pytest.raises(SourceError, match="query timed out"):
             await fetch(client, plan, T0)
+
+
+@pytest.mark.parametrize("compression", [True, False])
+async def test_gzip_answers_are_asked_for_and_inflated(server, compression: bool) -> None:
+    """The client asks for gzip (by default) and inflates the answer itself; the answer size
+    it reports is the inflated one."""
+    body = json.dumps(ok([{"metric": {"node": "n1"}, "value": [T0, "0.25"]}])).encode()
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Accept-Encoding", ""))
+        if "gzip" in seen[-1]:
+            return web.Response(
+                body=gzip.compress(body),
+                content_type="application/json",
+                headers={"Content-Encoding": "gzip"},
+            )
+        return web.Response(body=body, content_type="application/json")
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv), compression=compression)) as client:
+        result, size = await client.query("up", T0, dict)
+    assert seen == ["gzip" if compression else "identity"]
+    assert result == [{"metric": {"node": "n1"}, "value": [T0, "0.25"]}]
+    assert size == len(body)
+
+
+@pytest.mark.parametrize(
+    "payload,encoding,match",
+    [
+        (b"not gzip at all", "gzip", "invalid gzip answer"),
+        (None, "gzip", "truncated gzip answer"),
+        (b"{}", "br", "unknown encoding"),
+    ],
+)
+async def test_bad_compressed_answers_are_bad_answers(server, payload, encoding, match) -> None:
+    if payload is None:  # a gzip stream cut short
+        payload = gzip.compress(b'{"status":"success"}' * 100)[:30]
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(
+            body=payload, content_type="application/json", headers={"Content-Encoding": encoding}
+        )
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv))) as client:
+        with pytest.raises(SourceError, match=match) as caught:
+            await client.query("up", T0, dict)
+    assert caught.value.kind == BAD_ANSWER
