@@ -94,8 +94,9 @@ def captured_output() -> Iterator[Printed]:
                 sys.stderr.flush()
                 for fd, copy in saved.items():
                     os.dup2(copy, fd)
-                sink.seek(0)
-                printed.text = sink.read(1 << 16).decode("utf-8", "replace")
+                # The end holds the error; warnings before it can be long.
+                sink.seek(max(0, os.fstat(sink.fileno()).st_size - (1 << 16)))
+                printed.text = sink.read().decode("utf-8", "replace")
     finally:
         for copy in saved.values():
             os.close(copy)

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from reporter.leader import LeaseElector
 from rulegen import model
-from rulegen.render import CONFIG_ACCEPTED_METRIC, render_prometheusrule
+from rulegen.render import CONFIG_ACCEPTED_METRIC, LEADER_METRIC, render_prometheusrule
 
 log = logging.getLogger("mco.rulegen.controller")
 
@@ -102,7 +102,7 @@ class ControllerMetrics:
             "mco_rulegen_api_reachable", "1 while the Kubernetes API answers.", registry=r
         )
         self.leader = Gauge(
-            "mco_rulegen_leader",
+            LEADER_METRIC,
             "1 while this replica holds the lease and applies the rules.",
             registry=r,
         )

@@ -20,6 +20,7 @@ from rulegen.model import SIGNALS, DetectionRuleConfig
 
 # The controller's gauge behind MCODetectionRuleConfigRejected (rulegen.controller exports it).
 CONFIG_ACCEPTED_METRIC: Final = "mco_rulegen_config_accepted"
+LEADER_METRIC: Final = "mco_rulegen_leader"  # 1 on the replica that holds the Lease
 _DNS1123_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
@@ -109,6 +110,7 @@ def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
         "interfered_for": format_duration(config.alerts.node_interfered_for),
         "stale_after": config.report.stale_after,
         "config_accepted_metric": CONFIG_ACCEPTED_METRIC,
+        "leader_metric": LEADER_METRIC,
     }
 
 

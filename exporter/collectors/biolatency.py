@@ -145,7 +145,8 @@ class BiolatencyCollector:
         return {
             dev
             for dev in devs
-            if not os.path.exists(os.path.join(block, f"{dev >> MINORBITS}:{dev & MINOR_MASK}"))
+            if dev  # 0: requests without a disk device; there is nothing to look up
+            and not os.path.exists(os.path.join(block, f"{dev >> MINORBITS}:{dev & MINOR_MASK}"))
         }
 
     def update(self) -> list[Metric]:

@@ -25,7 +25,7 @@ from rulegen.dashboards.panels import (
     timeseries,
 )
 from rulegen.model import DetectionRuleConfig
-from rulegen.render import CONFIG_ACCEPTED_METRIC, render_rules
+from rulegen.render import CONFIG_ACCEPTED_METRIC, LEADER_METRIC, render_rules
 
 UID: Final = "mco-pipeline-health"
 
@@ -105,9 +105,9 @@ def build(config: DetectionRuleConfig) -> str:
         ),
         stat_panel(
             "DetectionRuleConfig accepted",
-            Query(f"min({CONFIG_ACCEPTED_METRIC})"),
+            Query(f"min({CONFIG_ACCEPTED_METRIC} and on (job, instance) ({LEADER_METRIC} == 1))"),
             description="0 when the rulegen controller rejected the last change (the last "
-            "good rules stay in force).",
+            "good rules stay in force). Only the leading replica validates.",
             mappings=((0, "rejected", "red"), (1, "accepted", "green")),
             steps=[Step(None, "red"), Step(1, "green")],
             width=8,

@@ -329,6 +329,7 @@ def static_exposition(resctrl: int) -> str:
         f'mco_exporter_collector_success{{node="{STATIC_NODE}",collector="resctrl"}} {resctrl}\n'
         "mco_reporter_last_sync_timestamp_seconds 1700000000\n"  # long ago: stale
         "mco_rulegen_config_accepted 0\n"
+        "mco_rulegen_leader 1\n"
     )
 
 
