@@ -14,10 +14,8 @@ import logging
 import os
 import re
 import signal
-import socket
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -26,6 +24,7 @@ from kubernetes_asyncio import client
 
 from mco.flags import duration, listen_address, size
 from mco.kubeconfig import api_client as kube_client
+from mco.leader import LeaseElector, add_leader_flags, elector_from_args, identity_from_args
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import add_tls_flags, tls_from_args
 from reporter.entries import EntryBuilder, Epsilon
@@ -33,7 +32,6 @@ from reporter.filesink import FileSink
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
-from reporter.leader import LeaseElector
 from reporter.metrics import ReporterMetrics, serve
 from reporter.promql import PromQLClient, SourceConfig, SourceError, safe_url
 from reporter.query import Plan, fetch
@@ -118,13 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     kube = p.add_argument_group("Kubernetes")
     kube.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube")
     kube.add_argument("--api-timeout", type=duration, default=10.0, metavar="DURATION")
-    kube.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
-    kube.add_argument("--leader-elect-lease-name", default="mco-reporter")
-    kube.add_argument("--leader-elect-namespace", default=None)
-    kube.add_argument("--leader-elect-identity", default=None)
-    kube.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
-    kube.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
-    kube.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
+    add_leader_flags(
+        kube,
+        lease_name="mco-reporter",
+        namespace_help="namespace of the Lease (default: the pod's)",
+        what="write the report",
+    )
     web_ = p.add_argument_group("self-metrics")
     web_.add_argument(
         "--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="'' turns it off"
@@ -333,7 +330,7 @@ async def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"mco-reporter: no Kubernetes API configuration: {exc}", file=sys.stderr)
             return 2
-    identity = args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    identity = identity_from_args(args)
     if api_client is not None:
         # Audit logs (and the HA test) tell the replicas apart by this.
         api_client.user_agent = f"mco-reporter ({identity})"
@@ -348,14 +345,11 @@ async def run(args: argparse.Namespace) -> int:
     elector: LeaseElector | None = None
     if api_client is not None and args.leader_elect and not args.once:
         try:
-            elector = LeaseElector(
+            elector = elector_from_args(
                 api_client,
-                name=args.leader_elect_lease_name,
-                namespace=args.leader_elect_namespace or default_namespace(),
+                args,
                 identity=identity,
-                lease_duration=args.leader_elect_lease_duration,
-                renew_deadline=args.leader_elect_renew_deadline,
-                retry_period=args.leader_elect_retry_period,
+                namespace=default_namespace(),
                 on_change=lambda leading: metrics.leader.set(1 if leading else 0),
             )
         except ValueError as exc:

@@ -8,20 +8,18 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mco.flags import duration, listen_address
+from mco.flags import listen_address
 from mco.kubeconfig import api_client
+from mco.leader import add_leader_flags, elector_from_args, identity_from_args
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import TLSConfig, add_tls_flags, tls_from_args
-from reporter.leader import LeaseElector
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
 from rulegen.durations import parse_duration
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
@@ -82,24 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ctl.add_argument("--resync", default="5m", help="re-read and re-apply period (default 5m)")
     # The reporter's flags, spelled the same: only the replica holding the Lease writes.
-    ctl.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="apply and write status only while holding the Lease (default on)",
+    add_leader_flags(
+        ctl,
+        lease_name="mco-rulegen",
+        namespace_help="namespace of the Lease (default: the PrometheusRule's)",
+        what="apply and write status",
     )
-    ctl.add_argument("--leader-elect-lease-name", default="mco-rulegen")
-    ctl.add_argument(
-        "--leader-elect-namespace",
-        default=None,
-        help="namespace of the Lease (default: the PrometheusRule's)",
-    )
-    ctl.add_argument(
-        "--leader-elect-identity", default=None, help="default: hostname and a random suffix"
-    )
-    ctl.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
-    ctl.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
-    ctl.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
     for p in (render, ctl):
         add_log_flags(p)
     return parser
@@ -167,19 +153,11 @@ async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
         resync_seconds=parse_duration(args.resync),
     )
     api = await api_client(args.kubeconfig, args.context)
-    identity = args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    identity = identity_from_args(args)
     # Audit logs (and the HA test) tell the replicas apart by this.
     api.user_agent = f"mco-rulegen ({identity})"
     elector = (
-        LeaseElector(
-            api,
-            name=args.leader_elect_lease_name,
-            namespace=args.leader_elect_namespace or settings.rule_namespace,
-            identity=identity,
-            lease_duration=args.leader_elect_lease_duration,
-            renew_deadline=args.leader_elect_renew_deadline,
-            retry_period=args.leader_elect_retry_period,
-        )
+        elector_from_args(api, args, identity=identity, namespace=settings.rule_namespace)
         if args.leader_elect
         else None
     )

@@ -36,7 +36,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from reporter.leader import LeaseElector
+from mco.leader import LeaseElector
 from rulegen import model
 from rulegen.render import CONFIG_ACCEPTED_METRIC, LEADER_METRIC, render_prometheusrule
 

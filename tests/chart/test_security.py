@@ -11,7 +11,7 @@ from tests.chart.helm import SCENARIOS, merge, render, render_scenario, scenario
 ROLE_KINDS = ("Role", "ClusterRole")
 # The whole of each component's permissions: (apiGroup, resource) -> verbs, over all its roles.
 EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
-    # The API calls each component makes (reporter/kubeapi.py, reporter/leader.py,
+    # The API calls each component makes (reporter/kubeapi.py, mco/leader.py,
     # reporter/ruleconfig.py, rulegen/controller.py, extender/report_watch.py), nothing more.
     "mco-reporter": {
         ("mco.io", "nodeinterferencereports"): {"get", "list", "create", "patch", "delete"},

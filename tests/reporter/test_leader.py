@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import Any
 
-from reporter.leader import LeaseElector
+from mco.leader import LeaseElector
 
 FAST: dict[str, Any] = {"lease_duration": 2.0, "renew_deadline": 1.2, "retry_period": 0.2}
 

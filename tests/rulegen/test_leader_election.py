@@ -1,6 +1,6 @@
 """Leader election for the rulegen controller against kmock with resourceVersions.
 
-Two controllers share one Lease (reporter/leader.py's elector): only the holder lists, applies
+Two controllers share one Lease (mco/leader.py's elector): only the holder lists, applies
 the PrometheusRule and writes the DetectionRuleConfig status; the standby neither reads nor
 writes. The replicas are told apart by their User-Agent, as in the reporter's HA test.
 """
@@ -26,7 +26,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from reporter.leader import LeaseElector
+from mco.leader import LeaseElector
 from rulegen.controller import ControllerMetrics, RuleConfigController
 from rulegen.model import config_from_object
 from scripts.procs import free_port

@@ -18,17 +18,22 @@ race as an exception, never releases the lease on shutdown, and keeps no fencing
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 
-log = logging.getLogger("mco.reporter.leader")
+from mco.flags import duration
+
+log = logging.getLogger("mco.leader")
 
 
 def _now_micro() -> datetime:
@@ -201,3 +206,55 @@ class LeaseElector:
 def _precondition(lease: client.V1Lease) -> dict[str, str]:
     rv = lease.metadata.resource_version if lease.metadata else None
     return {"resourceVersion": rv} if rv else {}
+
+
+# --- Command-line wiring shared by mco-reporter and mco-rulegen controller ----------------------
+
+
+def add_leader_flags(
+    group: argparse._ArgumentGroup | argparse.ArgumentParser,
+    *,
+    lease_name: str,
+    namespace_help: str,
+    what: str,
+) -> None:
+    """The ``--leader-elect*`` flags, spelled and defaulted the same in every controller."""
+    group.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"{what} only while holding the Lease (default on)",
+    )
+    group.add_argument("--leader-elect-lease-name", default=lease_name)
+    group.add_argument("--leader-elect-namespace", default=None, help=namespace_help)
+    group.add_argument(
+        "--leader-elect-identity", default=None, help="default: hostname and a random suffix"
+    )
+    group.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
+    group.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
+    group.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
+
+
+def identity_from_args(args: argparse.Namespace) -> str:
+    return str(args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+
+
+def elector_from_args(
+    api_client: client.ApiClient,
+    args: argparse.Namespace,
+    *,
+    identity: str,
+    namespace: str,
+    on_change: Callable[[bool], None] | None = None,
+) -> LeaseElector:
+    """The elector the flags describe; ValueError when their timings do not nest."""
+    return LeaseElector(
+        api_client,
+        name=args.leader_elect_lease_name,
+        namespace=args.leader_elect_namespace or namespace,
+        identity=identity,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+        on_change=on_change,
+    )
