@@ -224,7 +224,10 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
             ):
                 got = recorded_at(prom, at)
                 want = expected_values(config, {"local": raw_observations(prom, at, config.window)})
-                problems = differences(got, want, rel=1e-9)
+                # 1e-6: on a real, busy host the recorded values have been seen to differ
+                # from the model uniformly by ~1e-8 (every rate() series alike: the evaluation
+                # instant, not the formulas); any wrong formula or window is off by far more.
+                problems = differences(got, want, rel=1e-6)
                 if not problems:
                     break
                 attempts.append(problems)
