@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily
 
 from exporter.errors import NoDataError, UnavailableError
 from exporter.registry import CollectorConfig, CollectorSpec
+from mco import selfmetrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -81,13 +82,13 @@ class NodeCollector:
 
     def _collect(self) -> Iterator[Metric]:
         success = GaugeMetricFamily(
-            "mco_exporter_collector_success",
+            selfmetrics.EXPORTER_COLLECTOR_SUCCESS,
             "1 when the collector read its source on this scrape, 0 when it is off, "
             "its source is absent here, or the read failed.",
             labels=["collector"],
         )
         duration = GaugeMetricFamily(
-            "mco_exporter_collector_duration_seconds",
+            selfmetrics.EXPORTER_COLLECTOR_DURATION,
             "Seconds the collector took on this scrape.",
             labels=["collector"],
         )
@@ -116,7 +117,7 @@ class NodeCollector:
         yield success
         yield duration
         info = GaugeMetricFamily(
-            "mco_node_info",
+            selfmetrics.EXPORTER_NODE_INFO,
             "Always 1; names the node this exporter runs on and its kernel release.",
             labels=["nodename", "kernel"],
         )

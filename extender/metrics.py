@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from extender.reports import ReportStore
 from extender.verdict import Verdict
+from mco import selfmetrics
 
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -41,14 +42,14 @@ class ReportCollector(Collector):
         now = time.time()
         store = self._store
         ready = GaugeMetricFamily(
-            "mco_extender_report_loaded", "1 once the first full report load has succeeded."
+            selfmetrics.EXTENDER_REPORT_LOADED, "1 once the first full report load has succeeded."
         )
         ready.add_metric([], 1.0 if store.loaded else 0.0)
         yield ready
         ages = [now - store.held_until(k) for k in store.nodes.values()]
         finite = [a for a in ages if math.isfinite(a)]
         nodes = GaugeMetricFamily(
-            "mco_extender_report_nodes",
+            selfmetrics.EXTENDER_REPORT_NODES,
             "Nodes in the loaded reports by freshness.",
             labels=["state"],
         )
@@ -57,25 +58,25 @@ class ReportCollector(Collector):
         nodes.add_metric(["stale"], float(stale))
         yield nodes
         newest = GaugeMetricFamily(
-            "mco_extender_report_newest_sample_age_seconds",
+            selfmetrics.EXTENDER_NEWEST_SAMPLE_AGE,
             "Age of the freshest node data (reporter.schema.entry_time; NaN when empty).",
         )
         newest.add_metric([], min(finite) if finite else math.nan)
         yield newest
         oldest = GaugeMetricFamily(
-            "mco_extender_report_oldest_sample_age_seconds",
+            selfmetrics.EXTENDER_OLDEST_SAMPLE_AGE,
             "Age of the stalest node data (reporter.schema.entry_time; NaN when empty).",
         )
         oldest.add_metric([], max(finite) if finite else math.nan)
         yield oldest
         change = GaugeMetricFamily(
-            "mco_extender_report_last_change_age_seconds",
+            selfmetrics.EXTENDER_LAST_CHANGE_AGE,
             "Seconds since the report source last delivered a change (NaN before the first).",
         )
         change.add_metric([], now - store.last_change if store.last_change else math.nan)
         yield change
         heartbeat = GaugeMetricFamily(
-            "mco_extender_report_heartbeat_age_seconds",
+            selfmetrics.EXTENDER_HEARTBEAT_AGE,
             "Seconds since the report's heartbeat (lastSyncTime of `cluster`; NaN: none).",
         )
         heartbeat.add_metric(
@@ -83,7 +84,9 @@ class ReportCollector(Collector):
         )
         yield heartbeat
         objects = GaugeMetricFamily(
-            "mco_extender_report_objects", "Report objects held, by layout.", labels=["layout"]
+            selfmetrics.EXTENDER_REPORT_OBJECTS,
+            "Report objects held, by layout.",
+            labels=["layout"],
         )
         for layout, count in sorted(store.layouts().items()):
             objects.add_metric([layout], float(count))
@@ -100,32 +103,32 @@ class ExtenderMetrics:
             MultiProcessCollector(self.registry, multiprocess_dir)  # type: ignore[no-untyped-call]
         self.registry.register(ReportCollector(store, stale_after))
         self._duration = Histogram(
-            "mco_extender_request_duration_seconds",
+            selfmetrics.EXTENDER_REQUEST_DURATION,
             "Time to answer a request, by route (body read included).",
             ["route"],
             buckets=LATENCY_BUCKETS,
             registry=owner,
         )
         self._requests = Counter(
-            "mco_extender_requests_total",
+            selfmetrics.EXTENDER_REQUESTS,
             "Requests by route and status code.",
             ["route", "code"],
             registry=owner,
         )
         self._verdicts = Counter(
-            "mco_extender_verdicts_total",
+            selfmetrics.EXTENDER_VERDICTS,
             "Node verdicts by route, outcome and reason.",
             ["route", "verdict", "reason"],
             registry=owner,
         )
         self.report_loads = Counter(
-            "mco_extender_report_loads_total",
+            selfmetrics.EXTENDER_REPORT_LOADS,
             "Report loads by source (file, list, watch event) and result.",
             ["source", "result"],
             registry=owner,
         )
         self.watch_restarts = Counter(
-            "mco_extender_watch_restarts_total",
+            selfmetrics.EXTENDER_WATCH_RESTARTS,
             "Kubernetes watch restarts by reason (gone: re-listed after 410; error; closed).",
             ["reason"],
             registry=owner,

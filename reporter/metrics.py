@@ -12,89 +12,91 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from rulegen import series
+from mco import selfmetrics
 
 
 class ReporterMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.cycle_seconds = Histogram(
-            "mco_reporter_cycle_duration_seconds",
+            selfmetrics.REPORTER_CYCLE_DURATION,
             "Wall time of one reporter cycle: query, build, write.",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
         self.cycle_cpu = Counter(
-            "mco_reporter_cycle_cpu_seconds_total",
+            selfmetrics.REPORTER_CYCLE_CPU,
             "CPU time (user+system) the reporter process spent in cycles.",
             registry=r,
         )
         self.queries = Counter(
-            "mco_reporter_queries_total", "PromQL queries sent to the source.", registry=r
+            selfmetrics.REPORTER_QUERIES, "PromQL queries sent to the source.", registry=r
         )
         self.answer_bytes = Counter(
-            "mco_reporter_answer_bytes_total", "Bytes of PromQL answers received.", registry=r
+            selfmetrics.REPORTER_ANSWER_BYTES, "Bytes of PromQL answers received.", registry=r
         )
-        self.nodes = Gauge("mco_reporter_nodes", "Nodes in the report.", registry=r)
+        self.nodes = Gauge(selfmetrics.REPORTER_NODES, "Nodes in the report.", registry=r)
         self.stale_nodes = Gauge(
-            "mco_reporter_stale_nodes",
+            selfmetrics.REPORTER_STALE_NODES,
             "Nodes whose data a reader judges stale now (older than staleAfter).",
             registry=r,
         )
         self.lagging_nodes = Gauge(
-            "mco_reporter_lagging_nodes",
+            selfmetrics.REPORTER_LAGGING_NODES,
             "Nodes without a fresh sample at the last sync (aging toward removal).",
             registry=r,
         )
         self.changed_nodes = Counter(
-            "mco_reporter_changed_nodes_total",
+            selfmetrics.REPORTER_CHANGED_NODES,
             "Node entries rebuilt, added or removed (changes beyond the epsilon).",
             registry=r,
         )
         self.api_writes = Counter(
-            "mco_reporter_api_writes_total",
+            selfmetrics.REPORTER_API_WRITES,
             "Write requests sent to the Kubernetes API, by verb.",
             ["verb"],
             registry=r,
         )
         self.api_bytes = Counter(
-            "mco_reporter_api_write_bytes_total",
+            selfmetrics.REPORTER_API_WRITE_BYTES,
             "Request body bytes sent to the Kubernetes API.",
             registry=r,
         )
         self.file_bytes = Counter(
-            "mco_reporter_file_write_bytes_total", "Bytes written to --output.", registry=r
+            selfmetrics.REPORTER_FILE_WRITE_BYTES, "Bytes written to --output.", registry=r
         )
         self.errors = Counter(
-            "mco_reporter_errors_total",
+            selfmetrics.REPORTER_ERRORS,
             "Errors by kind (source_*, api_*, file_write).",
             ["kind"],
             registry=r,
         )
         self.leader = Gauge(
-            "mco_reporter_leader", "1 while this replica holds the lease and writes.", registry=r
+            selfmetrics.REPORTER_LEADER,
+            "1 while this replica holds the lease and writes.",
+            registry=r,
         )
         self.last_sync = Gauge(
-            series.REPORTER_LAST_SYNC,
+            selfmetrics.REPORTER_LAST_SYNC,
             "Unix time of the last cycle whose heartbeat was written (query and write succeeded).",
             registry=r,
         )
         self.layout = Gauge(
-            "mco_reporter_layout", "1 for the layout in use.", ["layout"], registry=r
+            selfmetrics.REPORTER_LAYOUT, "1 for the layout in use.", ["layout"], registry=r
         )
         self.object_bytes = Gauge(
-            "mco_reporter_largest_object_bytes",
+            selfmetrics.REPORTER_LARGEST_OBJECT_BYTES,
             "Estimated JSON size of the largest report object.",
             registry=r,
         )
         self.object_over_limit = Gauge(
-            "mco_reporter_object_over_limit",
+            selfmetrics.REPORTER_OBJECT_OVER_LIMIT,
             "1 while --layout cluster would write an object over --max-object-bytes (the API "
             "server refuses it: use --layout per-node or auto).",
             registry=r,
         )
         self.rule_config_mismatch = Gauge(
-            "mco_reporter_rule_config_mismatch",
+            selfmetrics.REPORTER_RULE_CONFIG_MISMATCH,
             "1 when the source's rules encode another DetectionRuleConfig than this reporter's.",
             registry=r,
         )

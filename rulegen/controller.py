@@ -36,9 +36,10 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from mco import selfmetrics
 from mco.leader import LeaseElector
 from rulegen import model
-from rulegen.render import CONFIG_ACCEPTED_METRIC, LEADER_METRIC, render_prometheusrule
+from rulegen.render import render_prometheusrule
 
 log = logging.getLogger("mco.rulegen.controller")
 
@@ -69,40 +70,42 @@ class ControllerMetrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.accepted = Gauge(
-            CONFIG_ACCEPTED_METRIC,
+            selfmetrics.RULEGEN_CONFIG_ACCEPTED,
             "1 when the latest DetectionRuleConfig generation was accepted, 0 when rejected.",
             registry=r,
         )
         self.observed_generation = Gauge(
-            "mco_rulegen_observed_generation", "Latest generation judged.", registry=r
+            selfmetrics.RULEGEN_OBSERVED_GENERATION, "Latest generation judged.", registry=r
         )
         self.applied_generation = Gauge(
-            "mco_rulegen_applied_generation",
+            selfmetrics.RULEGEN_APPLIED_GENERATION,
             "Generation whose PrometheusRule is in force (0: built-in defaults).",
             registry=r,
         )
         self.applies = Counter(
-            "mco_rulegen_applies", "PrometheusRule server-side applies that succeeded.", registry=r
+            selfmetrics.RULEGEN_APPLIES,
+            "PrometheusRule server-side applies that succeeded.",
+            registry=r,
         )
         self.rejections = Counter(
-            "mco_rulegen_rejections", "DetectionRuleConfig generations rejected.", registry=r
+            selfmetrics.RULEGEN_REJECTIONS, "DetectionRuleConfig generations rejected.", registry=r
         )
         self.errors = Counter(
-            "mco_rulegen_errors",
+            selfmetrics.RULEGEN_ERRORS,
             "Kubernetes API errors, by kind (unreachable, http_<status>, watch).",
             ["kind"],
             registry=r,
         )
         self.last_apply = Gauge(
-            "mco_rulegen_last_apply_timestamp_seconds",
+            selfmetrics.RULEGEN_LAST_APPLY,
             "Unix time of the last successful apply.",
             registry=r,
         )
         self.up = Gauge(
-            "mco_rulegen_api_reachable", "1 while the Kubernetes API answers.", registry=r
+            selfmetrics.RULEGEN_API_REACHABLE, "1 while the Kubernetes API answers.", registry=r
         )
         self.leader = Gauge(
-            LEADER_METRIC,
+            selfmetrics.RULEGEN_LEADER,
             "1 while this replica holds the lease and applies the rules.",
             registry=r,
         )

@@ -14,13 +14,11 @@ from typing import Any, Final
 import jinja2
 import yaml
 
+from mco import selfmetrics
 from rulegen import series
 from rulegen.durations import format_duration
 from rulegen.model import SIGNALS, DetectionRuleConfig
 
-# The controller's gauge behind MCODetectionRuleConfigRejected (rulegen.controller exports it).
-CONFIG_ACCEPTED_METRIC: Final = "mco_rulegen_config_accepted"
-LEADER_METRIC: Final = "mco_rulegen_leader"  # 1 on the replica that holds the Lease
 _DNS1123_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
@@ -109,8 +107,8 @@ def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
         "runbook": config.alerts.runbook_url,
         "interfered_for": format_duration(config.alerts.node_interfered_for),
         "stale_after": config.report.stale_after,
-        "config_accepted_metric": CONFIG_ACCEPTED_METRIC,
-        "leader_metric": LEADER_METRIC,
+        "config_accepted_metric": selfmetrics.RULEGEN_CONFIG_ACCEPTED,
+        "leader_metric": selfmetrics.RULEGEN_LEADER,
     }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from mco import selfmetrics
+
 # Smoothed signals, keyed by the DetectionRuleConfig signal key that thresholds them.
 SIGNAL_SERIES: Final[dict[str, str]] = {
     "llcMissRatio": "node:mco_llc_miss_ratio:smoothed",
@@ -78,6 +80,6 @@ SIGNAL_LABELS: Final[dict[str, str]] = {
 # The node set: every node whose exporter is up has this series (label ``node`` from the
 # scrape, ``nodename`` from the exporter); the rules use it so every ``:bool`` series exists
 # on every node.
-NODE_INFO: Final = "mco_node_info"
+NODE_INFO: Final = selfmetrics.EXPORTER_NODE_INFO
 # Gauge the reporter exports: Unix time of its last successful sync (alert MCOReportStale).
-REPORTER_LAST_SYNC: Final = "mco_reporter_last_sync_timestamp_seconds"
+REPORTER_LAST_SYNC: Final = selfmetrics.REPORTER_LAST_SYNC

@@ -1,8 +1,9 @@
 """Pipeline health: is every stage from the node to the scheduler working, and how fast.
 
 Exporter (collectors, scrape time), rules (evaluation time, the config in force), reporter
-(cycle, staleness) and extender (latency, verdicts). The components' own metric names are
-listed once below; tests/dashboards checks each against the running component's /metrics.
+(cycle, staleness) and extender (latency, verdicts). The components' own metric names come
+from ``mco.selfmetrics``, which the components define their metrics with; tests/dashboards
+checks each query against the running components.
 """
 
 from __future__ import annotations
@@ -11,6 +12,28 @@ from typing import Final
 
 import yaml
 
+from mco.selfmetrics import (
+    EXPORTER_COLLECTOR_DURATION,
+    EXPORTER_COLLECTOR_SUCCESS,
+    EXTENDER_NEWEST_SAMPLE_AGE,
+    EXTENDER_OLDEST_SAMPLE_AGE,
+    EXTENDER_REPORT_NODES,
+    EXTENDER_REQUEST_DURATION,
+    EXTENDER_REQUESTS,
+    EXTENDER_VERDICTS,
+    REPORTER_API_WRITE_BYTES,
+    REPORTER_API_WRITES,
+    REPORTER_CYCLE_DURATION,
+    REPORTER_ERRORS,
+    REPORTER_LAGGING_NODES,
+    REPORTER_LAST_SYNC,
+    REPORTER_LEADER,
+    REPORTER_NODES,
+    REPORTER_STALE_NODES,
+    RULEGEN_APPLIED_GENERATION,
+    RULEGEN_CONFIG_ACCEPTED,
+    RULEGEN_LEADER,
+)
 from rulegen import series
 from rulegen.dashboards.panels import (
     NODE_MATCH,
@@ -25,32 +48,9 @@ from rulegen.dashboards.panels import (
     timeseries,
 )
 from rulegen.model import DetectionRuleConfig
-from rulegen.render import CONFIG_ACCEPTED_METRIC, LEADER_METRIC, render_rules
+from rulegen.render import render_rules
 
 UID: Final = "mco-pipeline-health"
-
-# mco-exporter (exporter/scrape.py)
-COLLECTOR_SUCCESS: Final = "mco_exporter_collector_success"
-COLLECTOR_DURATION: Final = "mco_exporter_collector_duration_seconds"
-# mco-extender (extender/metrics.py)
-EXTENDER_DURATION: Final = "mco_extender_request_duration_seconds"
-EXTENDER_REQUESTS: Final = "mco_extender_requests_total"
-EXTENDER_VERDICTS: Final = "mco_extender_verdicts_total"
-EXTENDER_NODES: Final = "mco_extender_report_nodes"
-EXTENDER_NEWEST_AGE: Final = "mco_extender_report_newest_sample_age_seconds"
-EXTENDER_OLDEST_AGE: Final = "mco_extender_report_oldest_sample_age_seconds"
-# mco-reporter (reporter/metrics.py)
-REPORTER_LAST_SYNC: Final = series.REPORTER_LAST_SYNC
-REPORTER_CYCLE: Final = "mco_reporter_cycle_duration_seconds"
-REPORTER_NODES: Final = "mco_reporter_nodes"
-REPORTER_STALE: Final = "mco_reporter_stale_nodes"
-REPORTER_LAGGING: Final = "mco_reporter_lagging_nodes"
-REPORTER_ERRORS: Final = "mco_reporter_errors_total"
-REPORTER_API_WRITES: Final = "mco_reporter_api_writes_total"
-REPORTER_API_BYTES: Final = "mco_reporter_api_write_bytes_total"
-REPORTER_LEADER: Final = "mco_reporter_leader"
-# mco-rulegen controller (rulegen/controller.py)
-RULEGEN_APPLIED_GENERATION: Final = "mco_rulegen_applied_generation"
 
 OK_FAILING: Final = ((0, "off / failing", "orange"), (1, "ok", "green"))
 
@@ -98,14 +98,14 @@ def build(config: DetectionRuleConfig) -> str:
         ),
         stat_panel(
             "Extender nodes stale",
-            Query(f'max({EXTENDER_NODES}{{state="stale"}})'),
+            Query(f'max({EXTENDER_REPORT_NODES}{{state="stale"}})'),
             description="Nodes whose report entry is older than staleAfter in an extender's "
             "view: they get the neutral score.",
             steps=[Step(None, "green"), Step(1, "orange")],
         ),
         stat_panel(
             "DetectionRuleConfig accepted",
-            Query(f"min({CONFIG_ACCEPTED_METRIC} and on (job, instance) ({LEADER_METRIC} == 1))"),
+            Query(f"min({RULEGEN_CONFIG_ACCEPTED} and on (job, instance) ({RULEGEN_LEADER} == 1))"),
             description="0 when the rulegen controller rejected the last change (the last "
             "good rules stay in force). Only the leading replica validates.",
             mappings=((0, "rejected", "red"), (1, "accepted", "green")),
@@ -130,7 +130,7 @@ def build(config: DetectionRuleConfig) -> str:
             "Collectors off or failing",
             [
                 Query(
-                    f"sum by (collector) (1 - {COLLECTOR_SUCCESS}{{{NODE_MATCH}}})",
+                    f"sum by (collector) (1 - {EXPORTER_COLLECTOR_SUCCESS}{{{NODE_MATCH}}})",
                     "{{collector}}",
                 )
             ],
@@ -142,7 +142,7 @@ def build(config: DetectionRuleConfig) -> str:
             "Collector duration (slowest node)",
             [
                 Query(
-                    f"max by (collector) ({COLLECTOR_DURATION}{{{NODE_MATCH}}})",
+                    f"max by (collector) ({EXPORTER_COLLECTOR_DURATION}{{{NODE_MATCH}}})",
                     "{{collector}}",
                 )
             ],
@@ -151,7 +151,7 @@ def build(config: DetectionRuleConfig) -> str:
         ),
         table_panel(
             "Collector status per node",
-            Query(f"{COLLECTOR_SUCCESS}{{{NODE_MATCH}}}", instant=True),
+            Query(f"{EXPORTER_COLLECTOR_SUCCESS}{{{NODE_MATCH}}}", instant=True),
             mappings=OK_FAILING,
             width=24,
         ),
@@ -190,12 +190,12 @@ def build(config: DetectionRuleConfig) -> str:
             [
                 Query(
                     "histogram_quantile(0.5, sum by (le) "
-                    f"(rate({REPORTER_CYCLE}_bucket[{RATE_INTERVAL}])))",
+                    f"(rate({REPORTER_CYCLE_DURATION}_bucket[{RATE_INTERVAL}])))",
                     "p50",
                 ),
                 Query(
                     "histogram_quantile(0.99, sum by (le) "
-                    f"(rate({REPORTER_CYCLE}_bucket[{RATE_INTERVAL}])))",
+                    f"(rate({REPORTER_CYCLE_DURATION}_bucket[{RATE_INTERVAL}])))",
                     "p99",
                 ),
             ],
@@ -217,8 +217,8 @@ def build(config: DetectionRuleConfig) -> str:
             "Nodes in the report",
             [
                 Query(f"max({REPORTER_NODES})", "reported"),
-                Query(f"max({REPORTER_STALE})", "stale"),
-                Query(f"max({REPORTER_LAGGING})", "lagging"),
+                Query(f"max({REPORTER_STALE_NODES})", "stale"),
+                Query(f"max({REPORTER_LAGGING_NODES})", "lagging"),
             ],
             description="Stale: older than staleAfter for a reader now. Lagging: no fresh sample "
             "at the last sync (removed after staleAfter).",
@@ -249,7 +249,7 @@ def build(config: DetectionRuleConfig) -> str:
         ),
         stat_panel(
             "API write rate",
-            Query(f"sum(rate({REPORTER_API_BYTES}[{RATE_INTERVAL}]))"),
+            Query(f"sum(rate({REPORTER_API_WRITE_BYTES}[{RATE_INTERVAL}]))"),
             unit="Bps",
             steps=[Step(None, "blue")],
             width=6,
@@ -274,7 +274,7 @@ def build(config: DetectionRuleConfig) -> str:
             [
                 Query(
                     "histogram_quantile(0.99, sum by (route, le) "
-                    f"(rate({EXTENDER_DURATION}_bucket[{RATE_INTERVAL}])))",
+                    f"(rate({EXTENDER_REQUEST_DURATION}_bucket[{RATE_INTERVAL}])))",
                     "{{route}}",
                 )
             ],
@@ -308,8 +308,8 @@ def build(config: DetectionRuleConfig) -> str:
         timeseries(
             "Extender report sample age",
             [
-                Query(f"max({EXTENDER_NEWEST_AGE})", "newest"),
-                Query(f"max({EXTENDER_OLDEST_AGE})", "oldest"),
+                Query(f"max({EXTENDER_NEWEST_SAMPLE_AGE})", "newest"),
+                Query(f"max({EXTENDER_OLDEST_SAMPLE_AGE})", "oldest"),
             ],
             unit="s",
             description=f"Beyond staleAfter ({stale_after} s) a node's entry is stale.",
