@@ -99,6 +99,9 @@ def test_wheel_built_from_the_copied_paths_holds_everything(tmp_path: Path) -> N
         "mco/tls.py",
     ):
         assert needed in names, needed
+    assert not [n for n in names if n.startswith("rulegen/dashboards/")], "a dev-only generator"
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA")))
+    assert "License-Expression: Apache-2.0" in metadata.decode().splitlines()
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("mco-exporter", "mco-reporter", "mco-rulegen", "mco-extender"):
