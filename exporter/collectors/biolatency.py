@@ -7,10 +7,12 @@ reason, and the ``diskstats`` collector carries the block-latency signal instead
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 
 from exporter.compiler_memory import captured_output, release_compiler_memory
 from exporter.errors import UnavailableError
-from exporter.paths import read_text
+from exporter.paths import Paths, read_text
 from exporter.registry import CollectorConfig, Option, register
 
 if TYPE_CHECKING:
@@ -30,7 +32,9 @@ OPERATIONS = ("read", "write", "discard", "flush", "other")
 MIN_SLOT = 3
 MAX_SLOT = 23
 BUCKET_BOUNDS = tuple(2**k / 1e6 for k in range(MIN_SLOT, MAX_SLOT + 1))
-TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+# tracefs under --path.sysfs: its own mount (4.1+), else inside debugfs (older kernels).
+TRACEFS_UNDER_SYSFS = (("kernel", "tracing"), ("kernel", "debug", "tracing"))
+KERNEL_SOURCE_ENV = "BCC_KERNEL_SOURCE"
 DEFAULT_BCC_PATH = "/usr/lib/python3/dist-packages"
 MINORBITS = 20  # the kernel's dev_t: major << 20 | minor
 MINOR_MASK = (1 << MINORBITS) - 1
@@ -59,6 +63,41 @@ def load_bcc(fallback_dir: str) -> Any:
     return bcc
 
 
+def tracefs_dir(paths: Paths) -> str | None:
+    """The tracefs directory under ``--path.sysfs`` that has the block tracepoints, or None.
+
+    A pre-flight check for a clear reason only: bcc itself attaches through the exporter's own
+    /sys/kernel/tracing (the chart mounts the host's there as well).
+    """
+    for parts in TRACEFS_UNDER_SYSFS:
+        directory = paths.sys(*parts)
+        if os.path.isdir(os.path.join(directory, "events", "block")):
+            return directory
+    return None
+
+
+@contextlib.contextmanager
+def kernel_source(path: str) -> Iterator[None]:
+    """``BCC_KERNEL_SOURCE`` set to ``path`` (when given) while bcc compiles, then as it was.
+
+    libbcc reads the headers' location with getenv() when it compiles and ``BPF()`` takes no
+    argument for it, so the variable must be set; restoring it leaves the environment the
+    exporter started with (and that its children inherit) unchanged.
+    """
+    if not path:
+        yield
+        return
+    before = os.environ.get(KERNEL_SOURCE_ENV)
+    os.environ[KERNEL_SOURCE_ENV] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(KERNEL_SOURCE_ENV, None)
+        else:
+            os.environ[KERNEL_SOURCE_ENV] = before
+
+
 def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]], float]:
     """bcc log2 slots (count of latencies in [2^(s-1), 2^s) us) -> cumulative buckets, sum.
 
@@ -85,7 +124,7 @@ def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]]
         Option("bcc-path", DEFAULT_BCC_PATH, "directory holding the bcc Python package"),
         Option(
             "kernel-source",
-            os.environ.get("BCC_KERNEL_SOURCE", ""),
+            os.environ.get(KERNEL_SOURCE_ENV, ""),
             "kernel headers tree for bcc (default $BCC_KERNEL_SOURCE, else bcc's own search)",
         ),
     ),
@@ -93,16 +132,15 @@ def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]]
 class BiolatencyCollector:
     def __init__(self, config: CollectorConfig) -> None:
         self._sysfs = config.paths
-        if not any(os.path.isdir(os.path.join(d, "events", "block")) for d in TRACEFS_DIRS):
+        if tracefs_dir(config.paths) is None:
+            looked = " or ".join(config.paths.sys(*parts) for parts in TRACEFS_UNDER_SYSFS)
             raise UnavailableError(
-                "tracefs is not mounted (no block tracepoints under /sys/kernel/tracing); "
+                f"tracefs is not mounted (no block tracepoints under {looked}); "
                 "mount -t tracefs nodev /sys/kernel/tracing"
             )
         bcc = load_bcc(config.option("bcc-path"))
-        if config.option("kernel-source"):
-            os.environ["BCC_KERNEL_SOURCE"] = config.option("kernel-source")
         try:
-            with captured_output() as printed:
+            with kernel_source(config.option("kernel-source")), captured_output() as printed:
                 self._bpf = bcc.BPF(text=PROGRAM.read_bytes())
         except Exception as exc:
             # bcc prints the cause (missing headers, a compile error), not in exc.

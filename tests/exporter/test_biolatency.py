@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import itertools
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -13,11 +15,14 @@ import pytest
 
 from exporter.collectors.biolatency import (
     BUCKET_BOUNDS,
+    KERNEL_SOURCE_ENV,
     MAX_SLOT,
     MIN_SLOT,
     BiolatencyCollector,
     histogram_from_slots,
+    kernel_source,
     load_bcc,
+    tracefs_dir,
 )
 from exporter.errors import UnavailableError
 from exporter.paths import Paths
@@ -58,6 +63,94 @@ def test_missing_bcc_module_is_a_clear_reason(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr(builtins, "__import__", no_bcc)
     with pytest.raises(UnavailableError, match="install python3-bpfcc"):
         load_bcc(str(tmp_path))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBC = ctypes.CDLL(None)
+LIBC.getenv.restype = ctypes.c_char_p
+
+
+def _c_getenv(name: str) -> str | None:
+    """The variable as libbcc sees it: the C library's environment, not os.environ."""
+    value = LIBC.getenv(name.encode())
+    return None if value is None else value.decode()
+
+
+def _options(**override: str) -> dict[str, str]:
+    return {o.name: o.default for o in specs()["biolatency"].options} | override
+
+
+def test_tracefs_is_looked_up_under_the_sysfs_path(tmp_path: Path) -> None:
+    paths = Paths(sysfs=str(tmp_path))
+    assert tracefs_dir(paths) is None
+    # The host's own /sys/kernel/tracing does not count: --path.sysfs names the sysfs to use.
+    with pytest.raises(UnavailableError, match=re.escape(str(tmp_path / "kernel" / "tracing"))):
+        BiolatencyCollector(CollectorConfig(paths, _options()))
+    debug = tmp_path / "kernel" / "debug" / "tracing"
+    (debug / "events" / "block").mkdir(parents=True)
+    assert tracefs_dir(paths) == str(debug)  # older kernels: inside debugfs
+    tracing = tmp_path / "kernel" / "tracing"
+    (tracing / "events" / "block").mkdir(parents=True)
+    assert tracefs_dir(paths) == str(tracing)  # its own mount wins
+    (tracing / "events" / "block").rmdir()
+    assert tracefs_dir(paths) == str(debug)  # mounted, but without the block tracepoints
+
+
+@pytest.mark.parametrize("before", [None, "/usr/src/linux-headers-old"])
+def test_kernel_source_is_set_for_bcc_only_while_it_compiles(
+    before: str | None, monkeypatch
+) -> None:
+    if before is None:
+        monkeypatch.delenv(KERNEL_SOURCE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(KERNEL_SOURCE_ENV, before)
+    with kernel_source("/headers"):
+        assert os.environ[KERNEL_SOURCE_ENV] == "/headers"
+        assert _c_getenv(KERNEL_SOURCE_ENV) == "/headers"  # where libbcc reads it
+    assert os.environ.get(KERNEL_SOURCE_ENV) == before
+    assert _c_getenv(KERNEL_SOURCE_ENV) == before
+    with pytest.raises(RuntimeError), kernel_source("/headers"):
+        raise RuntimeError("the compiler failed")
+    assert os.environ.get(KERNEL_SOURCE_ENV) == before
+    with kernel_source(""):  # no option: bcc's own search, nothing set
+        assert os.environ.get(KERNEL_SOURCE_ENV) == before
+
+
+def test_a_kernel_source_without_headers_is_the_reason_and_leaves_no_trace(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The option reaches bcc's compiler (it finds no headers there), and the exporter's
+    environment is as it was afterwards."""
+    monkeypatch.delenv(KERNEL_SOURCE_ENV, raising=False)
+    try:
+        load_bcc(_options()["bcc-path"])
+    except UnavailableError as exc:
+        pytest.skip(str(exc))
+    if tracefs_dir(Paths()) is None:
+        pytest.skip("no tracefs with block tracepoints on this host")
+    empty = tmp_path / "no-headers"
+    empty.mkdir()
+    with pytest.raises(UnavailableError, match=r"kernel headers|kconfig\.h"):
+        BiolatencyCollector(CollectorConfig(Paths(), _options(**{"kernel-source": str(empty)})))
+    assert KERNEL_SOURCE_ENV not in os.environ
+    assert _c_getenv(KERNEL_SOURCE_ENV) is None
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_the_kernel_source_option_loads_the_program_without_the_environment(monkeypatch) -> None:
+    headers = ROOT / ".cache" / "kernel-headers"
+    if os.geteuid() != 0 or not (headers / "include").is_dir():
+        pytest.skip("needs root and the kernel headers `make system` fetches")
+    monkeypatch.delenv(KERNEL_SOURCE_ENV, raising=False)
+    options = _options(**{"kernel-source": str(headers)})
+    collector = BiolatencyCollector(CollectorConfig(Paths(), options))
+    try:
+        assert KERNEL_SOURCE_ENV not in os.environ
+        (family,) = collector.update()
+        assert family.name == "mco_block_io_latency_seconds"
+    finally:
+        collector.close()
 
 
 def _collector() -> BiolatencyCollector:
