@@ -14,7 +14,8 @@ from exporter.registry import CollectorConfig, FileCollector, Option, register
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-# node_exporter's default: whole disks only, no RAM disks, loop devices or partitions.
+# node_exporter's default (``^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$``) plus
+# ``mmcblk\d+p``: whole disks only (SD/eMMC ones too), so a request is counted once, on its disk.
 DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p|mmcblk\d+p)\d+$"
 
 

@@ -67,3 +67,35 @@ def test_diskstats_device_exclude_option() -> None:
         if name == "mco_block_io_completed_total"
     }
     assert devices == {"nvme0n1", "nvme0n1p1"}
+
+
+# node_exporter's --collector.diskstats.device-exclude default (collector/diskstats_linux.go).
+NODE_EXPORTER_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$"
+
+
+def test_default_device_filter_is_node_exporters_plus_mmc_partitions(tmp_path: Path) -> None:
+    names = (
+        "sda", "sda1", "vdb", "vdb2", "xvda", "xvda1", "hdc", "hdc3", "nvme0n1", "nvme0n1p1",
+        "nvme1n2p10", "mmcblk0", "mmcblk0p1", "mmcblk1p12", "loop0", "loop12", "ram0", "zram0",
+        "fd0", "dm-0", "md127", "sr0", "nbd0", "nbd0p1",
+    )  # fmt: skip
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "diskstats").write_text(
+        "".join(f"8 {i} {name} 1 0 0 10 2 0 0 20 0 0 0\n" for i, name in enumerate(names))
+    )
+
+    def kept(options: dict[str, str]) -> set[str]:
+        collector = node_collector(tree_paths(tmp_path), names=("diskstats",), options=options)
+        return {
+            dict(labels)["device"]
+            for (name, labels), _ in samples_of(scrape(collector)).items()
+            if name == "mco_block_io_completed_total"
+        }
+
+    ours = kept({})
+    node_exporters = kept({"diskstats.device-exclude": NODE_EXPORTER_EXCLUDE})
+    whole = {"sda", "vdb", "xvda", "hdc", "nvme0n1", "mmcblk0", "dm-0", "md127", "sr0", "nbd0"}
+    assert ours == whole | {"nbd0p1"}  # a pattern, not a partition table: nbd partitions stay
+    assert node_exporters - ours == {"mmcblk0p1", "mmcblk1p12"}
+    assert ours <= node_exporters
