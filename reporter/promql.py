@@ -77,8 +77,13 @@ class SourceConfig:
         if self.timeout <= 0:
             raise ValueError("the query timeout must be positive")
         for name in self.headers:
-            if name.lower() in ("authorization", "host", "content-type", "content-length"):
+            if name.lower() in _OWN_HEADERS or name.lower().startswith("content-"):
                 raise ValueError(f"header {name!r} is set by the reporter itself")
+
+
+# Headers the reporter writes itself: auth, the form body it POSTs (every Content-*), and the
+# compression it inflates.
+_OWN_HEADERS: Final = frozenset({"authorization", "host", "accept-encoding"})
 
 
 def safe_url(url: str) -> str:

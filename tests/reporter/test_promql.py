@@ -213,10 +213,16 @@ def test_bad_configs_are_refused() -> None:
         (SourceConfig("http://x", bearer_token_file="t", basic_auth_user="u"), "either"),
         (SourceConfig("http://x", cert_file="c"), "both"),
         (SourceConfig("http://x", headers={"Authorization": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", headers={"host": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", headers={"Accept-Encoding": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", headers={"Content-Type": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", headers={"content-length": "x"}), "set by the reporter"),
+        (SourceConfig("http://x", headers={"Content-Encoding": "x"}), "set by the reporter"),
         (SourceConfig("http://x", timeout=0), "positive"),
     ):
         with pytest.raises(ValueError, match=text):
             cfg.validate()
+    SourceConfig("http://x", headers={"X-Scope-OrgID": "a", "X-Content": "b"}).validate()
 
 
 async def test_fetch_runs_three_queries_at_one_time_and_reads_infinities(server) -> None:
