@@ -31,15 +31,33 @@ def free_port() -> int:
 
 
 def wait_until(
-    check: Callable[[], bool], *, timeout: float, interval: float = 0.1, what: str = "condition"
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    interval: float = 0.1,
+    what: str = "condition",
+    retry_on: tuple[type[Exception], ...] = (OSError,),
 ) -> None:
+    """Call ``check`` every ``interval`` seconds until it returns true.
+
+    An exception in ``retry_on`` means "not yet": the default, OSError, covers a server that is
+    still starting (requests' connection errors, timeouts, HTTP errors and unparsable answers
+    are all OSErrors) and a file not written yet. Any other exception is a bug in the check or
+    a real failure, and propagates at once. TimeoutError after ``timeout`` seconds names the
+    last retried error.
+    """
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
+        try:
             if check():
                 return
+            last = None
+        except retry_on as exc:
+            last = exc
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    reason = f" (last error: {type(last).__name__}: {last})" if last is not None else ""
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{reason}") from last
 
 
 class Managed:

@@ -36,9 +36,14 @@ def kube_score(stack: LocalStack) -> int:
 
 
 def wait_for(stack: LocalStack, check, *, timeout: float, what: str) -> float:
-    """Seconds until ``check(node_view)`` holds."""
+    """Seconds until ``check(node_view)`` holds (not before the extender knows the node)."""
     start = time.monotonic()
-    wait_until(lambda: check(stack.node_view()), timeout=timeout, interval=0.25, what=what)
+    wait_until(
+        lambda: (node := stack.node_view()) is not None and check(node),
+        timeout=timeout,
+        interval=0.25,
+        what=what,
+    )
     return time.monotonic() - start
 
 
