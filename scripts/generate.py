@@ -2,7 +2,10 @@
 
 Each generator module exposes ``generated_files() -> dict[str, str]`` (repo-relative path ->
 content). One detection model drives the rules, alerts, CRDs and dashboards, so they are all
-produced here and CI (tests/test_generated.py) fails when a checked-in copy differs.
+produced here and CI (tests/test_generated.py) fails when a checked-in copy differs. A
+directory that holds a generated file holds only generated files: a file there that no
+generator produces any more (a renamed dashboard, a dropped CRD) is an orphan, which
+``--check`` reports and a plain run removes.
 """
 
 from __future__ import annotations
@@ -31,31 +34,58 @@ def all_generated() -> dict[str, str]:
     return files
 
 
-def drifted(files: dict[str, str]) -> list[str]:
+def generated_dirs(files: dict[str, str]) -> list[str]:
+    """The directories that hold generated files, and so only generated files."""
+    return sorted({str(Path(rel).parent) for rel in files})
+
+
+def drifted(files: dict[str, str], root: Path = ROOT) -> list[str]:
     """Paths whose checked-in content differs from a fresh generation."""
     out = []
     for rel, content in sorted(files.items()):
-        path = ROOT / rel
+        path = root / rel
         if not path.exists() or path.read_text() != content:
             out.append(rel)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def orphaned(files: dict[str, str], root: Path = ROOT) -> list[str]:
+    """Files in a generated directory that no generator produces (dotfiles aside)."""
+    out = []
+    for directory in generated_dirs(files):
+        if not (root / directory).is_dir():
+            continue
+        for path in sorted((root / directory).iterdir()):
+            rel = f"{directory}/{path.name}"
+            if not path.name.startswith(".") and not path.is_dir() and rel not in files:
+                out.append(rel)
+    return out
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(prog="make generate")
     parser.add_argument("--check", action="store_true", help="fail if a checked-in file drifted")
     args = parser.parse_args(argv)
     files = all_generated()
-    stale = drifted(files)
+    stale = drifted(files, root)
+    orphans = orphaned(files, root)
     if args.check:
         for rel in stale:
             print(f"drift: {rel} differs from a fresh `make generate`", file=sys.stderr)
-        return 1 if stale else 0
+        for rel in orphans:
+            print(
+                f"orphan: {rel} is no longer generated (`make generate` removes it)",
+                file=sys.stderr,
+            )
+        return 1 if stale or orphans else 0
     for rel in stale:
-        path = ROOT / rel
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(files[rel])
         print(f"wrote {rel}")
+    for rel in orphans:
+        (root / rel).unlink()
+        print(f"removed {rel}")
     return 0
 
 
