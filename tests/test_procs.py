@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -39,7 +41,8 @@ def test_any_other_exception_propagates_at_once() -> None:
     def check() -> bool:
         nonlocal calls
         calls += 1
-        return {"status": "ok"}["nodes"] == []  # a bug in the check: KeyError
+        body: dict[str, list[str]] = json.loads('{"status": "ok"}')
+        return body["nodes"] == []  # a bug in the check: KeyError
 
     start = time.monotonic()
     with pytest.raises(KeyError, match="nodes"):
@@ -49,7 +52,7 @@ def test_any_other_exception_propagates_at_once() -> None:
 
 
 def test_the_caller_names_what_else_means_not_yet() -> None:
-    seen = iter([None, None, {"nodes": []}])
+    seen: Iterator[dict[str, list[str]] | None] = iter([None, None, {"nodes": []}])
 
     def check() -> bool:
         body = next(seen)

@@ -15,7 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-import setuptools
+import setuptools  # type: ignore[import-untyped,unused-ignore]
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
