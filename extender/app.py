@@ -16,6 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import kube, volcano
+from extender.body import BodyBudget, BudgetExhausted, read_body
 from extender.config import ExtenderConfig
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
@@ -33,6 +34,7 @@ CONFIG = web.AppKey("config", ExtenderConfig)
 STORE = web.AppKey("store", ReportStore)
 METRICS = web.AppKey("metrics", ExtenderMetrics)
 SOURCE = web.AppKey("source", asyncio.Task[None])
+BUDGET = web.AppKey("budget", BodyBudget)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -45,63 +47,44 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=_encode({"error": message}), content_type=_JSON)
 
 
-_JOIN_BELOW = 1 << 20
-
-
-async def read_body(request: web.Request, limit: int) -> Body:
-    """The whole body, checked against ``limit``, copied at most once.
-
-    aiohttp's ``read()`` grows a bytearray chunk by chunk and then copies it all into bytes.
-    Here a body that arrives in one chunk is used as it is, a small one is joined once, and a
-    large one (Volcano's tens of MB) is copied into a buffer of its Content-Length as each
-    chunk arrives, while the chunk is still in the CPU cache.
-    """
-    length = request.content_length
-    if length is None:  # chunked: aiohttp enforces client_max_size (= limit) itself
-        return await request.read()
-    if length > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=length)
-    content = request.content
-    if length < _JOIN_BELOW:
-        chunks: list[bytes] = []
-        size = 0
-        while size < length and (chunk := await content.readany()):
-            chunks.append(chunk)
-            size += len(chunk)
-        if size != length:
-            raise BadRequest(f"request body of {size} bytes, Content-Length {length}")
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    buffer = bytearray(length)
-    view = memoryview(buffer)
-    size = 0
-    while size < length and (chunk := await content.readany()):
-        end = size + len(chunk)
-        if end > length:
-            break
-        view[size:end] = chunk
-        size = end
-    if size != length:
-        raise BadRequest(f"request body does not match its Content-Length {length}")
-    return buffer
+def _unreadable(request: web.Request, response: web.Response) -> web.Response:
+    """``response`` for a request whose body stream broke (an encoding that does not decode,
+    a bad chunk): its rest can never be read. aiohttp drains an unread body after the answer
+    and would log the stream's error as an unhandled exception; a timeout ends that drain
+    quietly, and the connection closes after the answer."""
+    response.force_close()
+    request.content.set_exception(TimeoutError("the request body stream broke"))
+    return response
 
 
 def _scheduler_route(
-    route: str, answer: Answer, judge: Judge, limit: int, metrics: ExtenderMetrics
+    route: str,
+    answer: Answer,
+    judge: Judge,
+    limit: int,
+    budget: BodyBudget,
+    metrics: ExtenderMetrics,
 ) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         verdicts: Sequence[Verdict] = ()
         try:
-            body = await read_body(request, limit)
-            payload, verdicts = answer(body, judge, time.time())
+            body = await read_body(request, limit, budget)
+            try:
+                payload, verdicts = answer(body, judge, time.time())
+            finally:
+                budget.give(len(body))
+                del body
             response = web.Response(body=payload, content_type=_JSON)
         except BadRequest as exc:
             response = _error(400, str(exc))
+            if request.content.exception() is not None:
+                _unreadable(request, response)
         except web.HTTPRequestEntityTooLarge as exc:
             response = _error(413, exc.text or "request body too large")
-        except HttpProcessingError as exc:  # the body itself could not be read
-            response = _error(400, f"unreadable request body: {exc.message}")
+        except BudgetExhausted as exc:
+            response = _error(503, str(exc))
         except OSError:
             raise  # the client went away: nobody to answer
         except Exception:  # a bug, not bad input: say so, keep serving
@@ -145,8 +128,11 @@ async def _session_hook(request: web.Request) -> web.Response:
     The (multi-MB) snapshot is drained without being kept, and the answer is empty so that
     Go's client can reuse the connection.
     """
-    async for _chunk in request.content.iter_any():
-        pass
+    try:
+        while await request.content.readany():
+            pass
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
+        return _unreadable(request, _error(400, f"unreadable request body: {exc}"))
     return web.Response(status=200)
 
 
@@ -210,9 +196,10 @@ def make_app(config: ExtenderConfig) -> web.Application:
     app.cleanup_ctx.append(_report_source)
 
     judge = Judge(store, config.verdict)
+    budget = app[BUDGET] = BodyBudget(config.max_body_memory)
 
     def route(name: str, answer: Answer) -> Handler:
-        return _scheduler_route(name, answer, judge, config.max_body_bytes, metrics)
+        return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics)
 
     app.router.add_post("/volcano/predicate", route("volcano_predicate", _volcano_predicate))
     app.router.add_post("/volcano/prioritize", route("volcano_prioritize", _volcano_prioritize))

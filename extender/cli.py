@@ -22,6 +22,7 @@ from extender.app import make_app
 from extender.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_BODY_MEMORY,
     ExtenderConfig,
     SourceConfig,
     VerdictConfig,
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="largest request body accepted (default 64MiB)",
     )
+    server.add_argument(
+        "--max-body-memory",
+        type=size,
+        default=DEFAULT_MAX_BODY_MEMORY,
+        metavar="SIZE",
+        help="request body bytes held at once, all connections together; beyond it requests "
+        "get 503 (default 128MiB, per process)",
+    )
     server.add_argument("--tls-cert", "--tls-cert-file", dest="tls_cert_file", metavar="FILE")
     server.add_argument("--tls-key", "--tls-key-file", dest="tls_key_file", metavar="FILE")
     server.add_argument(
@@ -122,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
     if args.max_body_size <= 0:
         raise ValueError("--max-body-size must be positive")
+    if args.max_body_memory < args.max_body_size:
+        raise ValueError("--max-body-memory must be at least --max-body-size")
     tls: TLSConfig = tls_from_args(args)
     tls.validate()
     return ExtenderConfig(
@@ -139,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
             poll_interval=args.report_poll_interval,
         ),
         max_body_bytes=args.max_body_size,
+        max_body_memory=args.max_body_memory,
         tls=tls,
     )
 

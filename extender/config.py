@@ -11,6 +11,9 @@ from mco.tls import TLSConfig
 DEFAULT_PORT = 9848
 DEFAULT_LISTEN = f":{DEFAULT_PORT}"
 DEFAULT_MAX_BODY = 64 << 20  # Volcano sends multi-MB bodies; aiohttp's own default is 1 MiB
+# Body bytes held at once by one process, all connections together: two bodies of the largest
+# size, well under the chart's 512Mi limit with the report, the verdict tables and a decode.
+DEFAULT_MAX_BODY_MEMORY = 128 << 20
 KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
 
 # Volcano predicate codes (api/types.go): 2 leaves the node a preemption candidate, 3 does not.
@@ -64,4 +67,5 @@ class ExtenderConfig:
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY
+    max_body_memory: int = DEFAULT_MAX_BODY_MEMORY
     tls: TLSConfig = field(default_factory=TLSConfig)

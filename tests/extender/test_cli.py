@@ -122,6 +122,8 @@ def test_flags_become_the_config():
             "2",
             "--max-body-size",
             "128MiB",
+            "--max-body-memory",
+            "256MiB",
             "--report-file",
             "r.json",
             "--report-poll-interval",
@@ -132,7 +134,7 @@ def test_flags_become_the_config():
     v = config.verdict
     assert (v.stale_after, v.neutral_score, v.fail_closed) == (45.0, 40.0, True)
     assert v.kata_globs == ("kata-*", "secure-*") and v.reject_code == 2 and v.volcano_weight == 2.0
-    assert config.max_body_bytes == 128 << 20
+    assert config.max_body_bytes == 128 << 20 and config.max_body_memory == 256 << 20
     assert config.source.report_file == "r.json" and config.source.poll_interval == 0.25
     assert config_from_args(build_parser().parse_args([])).verdict.kata_globs == ("kata-*",)
 
@@ -148,6 +150,7 @@ def test_flags_become_the_config():
         ["--stale-after", "0s"],
         ["--workers", "0"],
         ["--max-body-size", "0"],
+        ["--max-body-memory", "1MiB"],  # less than one body of the largest size
         ["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
     ],
 )
