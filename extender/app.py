@@ -189,7 +189,7 @@ async def _report_source(app: web.Application) -> AsyncIterator[None]:
 def make_app(config: ExtenderConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes)
     store = ReportStore()
-    metrics = ExtenderMetrics(store, config.verdict.stale_after)
+    metrics = ExtenderMetrics(store, config.verdict.stale_after, config.verdict.clock_skew)
     app[CONFIG] = config
     app[STORE] = store
     app[METRICS] = metrics

@@ -16,6 +16,11 @@ DEFAULT_MAX_BODY = 64 << 20  # Volcano sends multi-MB bodies; aiohttp's own defa
 DEFAULT_MAX_BODY_MEMORY = 128 << 20
 KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
 
+# How far ahead of this clock a sample time or heartbeat may lie and still be believed: clocks
+# of nodes, reporter and extender differ by a little; data dated further ahead is stale (it
+# would otherwise stay fresh until that time, year 9999 included).
+CLOCK_SKEW = 60.0
+
 # Volcano predicate codes (api/types.go): 2 leaves the node a preemption candidate, 3 does not.
 UNSCHEDULABLE = 2
 UNSCHEDULABLE_AND_UNRESOLVABLE = 3
@@ -31,11 +36,14 @@ class VerdictConfig:
     kata_globs: tuple[str, ...] = ("kata-*",)
     reject_code: int = UNSCHEDULABLE_AND_UNRESOLVABLE  # Volcano code for hard-constraint rejects
     volcano_weight: float = 1.0  # Volcano adds extender scores raw; this scales them
+    clock_skew: float = CLOCK_SKEW  # seconds; data dated this far ahead or more is stale
     kata_pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.stale_after <= 0:
             raise ValueError("stale-after must be positive")
+        if self.clock_skew <= 0:
+            raise ValueError("clock skew allowance must be positive")
         if not 0 <= self.neutral_score <= 100:
             raise ValueError("neutral score must be within 0-100")
         if self.reject_code not in (UNSCHEDULABLE, UNSCHEDULABLE_AND_UNRESOLVABLE):

@@ -2,94 +2,139 @@
 
 A request that names 5,000 nodes (kube-scheduler with ``nodeCacheCapable``) must be answered in
 a few milliseconds. For such name-only requests the verdict of a node depends only on its entry
-and on whether that entry is stale yet, so a table per kind of pod keeps each node's current
-verdict: a request looks its names up at C speed (``map`` over the dict) and only nodes whose
-entry changed, turned stale or fresh, or were never asked about go through `decide` again.
+and on whether that entry is stale yet, so a table per kind of pod keeps the current verdict of
+every node the store knows: a request looks its names up at C speed (``map`` over the dict),
+and only nodes whose entry changed, turned stale or fresh are given to `decide` again. A name
+the store does not know gets the table's one shared verdict for unknown nodes and is never
+stored, so requests cannot grow a table; all tables together hold at most
+``MAX_TABLE_ENTRIES`` verdicts, the least recently used table going first.
 
 When a verdict turns stale: an entry that is not ``live`` holds until its sample time, so its
 fresh verdict expires at ``sampleTime + staleAfter``; a ``live`` entry holds until the report's
 heartbeat, so its fresh verdict lasts while ``max(sampleTime, heartbeat) + staleAfter`` is
-ahead, and a stale one may turn fresh whenever the heartbeat moves.
+ahead, and a stale one may turn fresh whenever the heartbeat moves. An entry dated
+``clockSkew`` or more in the future is stale until the clock comes within ``clockSkew`` of it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
 from extender.config import VerdictConfig
 from extender.reports import KnownNode, ReportStore
 from extender.verdict import NodeFacts, PodFacts, Verdict, decide
 
-_MAX_NAMES = 200_000  # names nobody reports are remembered too; bound what requests can add
+# Verdicts kept by all tables together. An entry costs ~0.3 KiB (the verdict, its message, the
+# dict slots and expiry times), so this is ~40 MiB at most: one table per Kata runtime class in
+# use plus the one for other pods, at 5,000 nodes, with room to spare. A single table larger
+# than this (a store of more nodes) is kept alone.
+MAX_TABLE_ENTRIES = 131_072
+_TABLE_COST = 64  # a table's own cost, in entries, so that even empty tables are bounded
 
 
 class _Table:
-    """Current verdicts for one kind of pod, for the node names requests asked about."""
+    """Current verdicts for one kind of pod, for every node the store knows."""
 
     def __init__(self, store: ReportStore, pod: PodFacts, config: VerdictConfig) -> None:
         self._store = store
         self._pod = pod
         self._config = config
-        self._clear()
-
-    def _clear(self) -> None:
+        # What a node no report mentions gets; it does not depend on the node's name or time.
+        self.unknown = decide(None, -math.inf, pod, NodeFacts(""), config, 0.0)
         self.verdicts: dict[str, Verdict] = {}
         # Fresh verdicts and when they can turn stale: a fixed time for entries that are not
         # live; the sample time, to be maxed with the heartbeat, for live ones.
         self._expires: dict[str, float] = {}
         self._live_sampled: dict[str, float] = {}
+        self._future: dict[str, float] = {}  # dated ahead: stale until this time is passed
         self._stale_live: set[str] = set()  # stale verdicts a newer heartbeat may refresh
         self._min_expires = math.inf
         self._min_live_sampled = math.inf
-        self._heartbeat = self._store.heartbeat
+        self._min_future = math.inf
+        self._heartbeat = store.heartbeat
+        self._missing: set[str] = set(store.nodes)  # known nodes without a verdict yet
+        self._moved: set[str] = set()  # fresh verdicts whose entry got a new sample time
+        self.grew = False  # verdicts were added since the owner last looked
+
+    def cost(self) -> int:
+        return len(self.verdicts) + _TABLE_COST
 
     def changed(self, changes: Mapping[str, bool]) -> None:
         for name, matters in changes.items():
-            if name not in self.verdicts:
-                continue
             known = self._store.get(name)
+            if name not in self.verdicts:
+                if known is None:
+                    self._missing.discard(name)
+                else:
+                    self._missing.add(name)
+                continue
             fresh = name in self._expires or name in self._live_sampled
             if matters or known is None or not fresh:
                 # New inputs, a removed node, or a stale verdict whose data may be fresh again.
                 self._forget(name)
             else:  # same inputs, new sample time: the fresh verdict stands, expiring later
-                self._track(name, known)
+                self._moved.add(name)
 
     def lookup(self, names: Sequence[str], now: float) -> list[Verdict]:
         if self._store.heartbeat != self._heartbeat:
-            self._heartbeat = self._store.heartbeat
-            for name in self._stale_live:
-                self.verdicts.pop(name, None)
-            self._stale_live.clear()
+            self._beat(now)
+        if self._moved:
+            self._retrack(now)
         stale_after = self._config.stale_after
         next_expiry = min(
             self._min_expires, max(self._min_live_sampled, self._heartbeat) + stale_after
         )
-        if now > next_expiry:
+        if now > next_expiry or now > self._min_future:
             self._expire(now)
-        try:
-            return list(map(self.verdicts.__getitem__, names))
-        except KeyError:
-            for name in names:
-                if name not in self.verdicts:
-                    self._add(name, now)
-            return list(map(self.verdicts.__getitem__, names))
+        if self._missing:
+            self._refill(now)
+        return list(map(self.verdicts.get, names, repeat(self.unknown)))
 
-    def _add(self, name: str, now: float) -> None:
-        if len(self.verdicts) >= _MAX_NAMES:
-            self._clear()
-        known = self._store.get(name)
-        if known is None:
-            verdict = decide(None, -math.inf, self._pod, NodeFacts(name), self._config, now)
-        else:
-            held = known.held_until(self._heartbeat)
-            verdict = decide(known.entry, held, self._pod, NodeFacts(name), self._config, now)
-            if now - held <= self._config.stale_after:
+    def _beat(self, now: float) -> None:
+        self._heartbeat = self._store.heartbeat
+        for name in self._stale_live:
+            self._drop(name)
+        self._stale_live.clear()
+        if self._heartbeat - now >= self._config.clock_skew:
+            # A heartbeat dated ahead does not keep live entries fresh: it makes them stale.
+            for name in list(self._live_sampled):
+                self._forget(name)
+
+    def _retrack(self, now: float) -> None:
+        skew = self._config.clock_skew
+        for name in self._moved:
+            known = self._store.get(name)
+            if known is None or name not in self.verdicts:
+                continue  # removed or re-decided since
+            if known.held_until(self._heartbeat) - now >= skew:
+                self._forget(name)  # moved into the future: stale now
+            else:
                 self._track(name, known)
-            elif known.live:
+        self._moved.clear()
+
+    def _refill(self, now: float) -> None:
+        for name in self._missing:
+            if name not in self.verdicts and (known := self._store.get(name)) is not None:
+                self._add(name, known, now)
+        self._missing.clear()
+        self.grew = True
+
+    def _add(self, name: str, known: KnownNode, now: float) -> None:
+        config = self._config
+        held = known.held_until(self._heartbeat)
+        self.verdicts[name] = decide(known.entry, held, self._pod, NodeFacts(name), config, now)
+        if held - now >= config.clock_skew:
+            at = held - config.clock_skew  # stale while now <= at
+            self._future[name] = at
+            self._min_future = min(self._min_future, at)
+            if known.live:
                 self._stale_live.add(name)
-        self.verdicts[name] = verdict
+        elif now - held <= config.stale_after:
+            self._track(name, known)
+        elif known.live:
+            self._stale_live.add(name)
 
     def _track(self, name: str, known: KnownNode) -> None:
         if known.live:
@@ -102,10 +147,17 @@ class _Table:
             self._min_expires = min(self._min_expires, expires)
             self._live_sampled.pop(name, None)
 
-    def _forget(self, name: str) -> None:
+    def _drop(self, name: str) -> None:
+        """Forget the verdict of a node the store still knows: it is decided again."""
         self.verdicts.pop(name, None)
         self._expires.pop(name, None)
         self._live_sampled.pop(name, None)
+        self._future.pop(name, None)
+        if self._store.get(name) is not None:
+            self._missing.add(name)
+
+    def _forget(self, name: str) -> None:
+        self._drop(name)
         self._stale_live.discard(name)
 
     def _expire(self, now: float) -> None:
@@ -116,17 +168,24 @@ class _Table:
             n for n, s in self._live_sampled.items() if now > max(s, heartbeat) + stale_after
         ]:
             self._forget(name)
+        for name in [n for n, at in self._future.items() if now > at]:
+            self._forget(name)
         self._min_expires = min(self._expires.values(), default=math.inf)
         self._min_live_sampled = min(self._live_sampled.values(), default=math.inf)
+        self._min_future = min(self._future.values(), default=math.inf)
 
 
 class Judge:
     """The store and the configuration, asked by the wire formats for verdicts."""
 
-    def __init__(self, store: ReportStore, config: VerdictConfig) -> None:
+    def __init__(
+        self, store: ReportStore, config: VerdictConfig, max_entries: int = MAX_TABLE_ENTRIES
+    ) -> None:
         self.store = store
         self.config = config
-        self._tables: dict[str | None, _Table] = {}
+        self._max_entries = max_entries
+        self._tables: dict[str | None, _Table] = {}  # least recently used first
+        self._current: _Table | None = None
         store.subscribe(self._changed)
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
@@ -142,10 +201,28 @@ class Judge:
         key = pod.runtime_class if pod.wants_kata else None
         table = self._tables.get(key)
         if table is None:
-            if len(self._tables) > 64:  # one table per Kata runtime class seen; few exist
-                self._tables.clear()
             table = self._tables[key] = _Table(self.store, pod, self.config)
-        return table.lookup(names, now)
+        if table is not self._current:  # now the most recently used
+            self._tables[key] = self._tables.pop(key)
+            self._current = table
+        verdicts = table.lookup(names, now)
+        if table.grew:
+            table.grew = False
+            self._trim(table)
+        return verdicts
+
+    def table_entries(self) -> int:
+        """Verdicts held by all tables (for tests and the bound above)."""
+        return sum(len(t.verdicts) for t in self._tables.values())
+
+    def _trim(self, keep: _Table) -> None:
+        total = sum(t.cost() for t in self._tables.values())
+        for key, table in list(self._tables.items()):
+            if total <= self._max_entries:
+                break
+            if table is not keep:
+                del self._tables[key]
+                total -= table.cost()
 
     def _changed(self, changes: Mapping[str, bool]) -> None:
         for table in self._tables.values():

@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from extender.config import CLOCK_SKEW
 from extender.reports import ReportStore
 from extender.verdict import Verdict
 from mco import selfmetrics
@@ -34,9 +35,10 @@ _REASON = itemgetter(1)  # Verdict.reason, read at C speed
 class ReportCollector(Collector):
     """Report freshness computed at scrape time from the store (no bookkeeping on updates)."""
 
-    def __init__(self, store: ReportStore, stale_after: float) -> None:
+    def __init__(self, store: ReportStore, stale_after: float, clock_skew: float) -> None:
         self._store = store
         self._stale_after = stale_after
+        self._clock_skew = clock_skew
 
     def collect(self) -> Iterator[Metric]:
         now = time.time()
@@ -53,7 +55,8 @@ class ReportCollector(Collector):
             "Nodes in the loaded reports by freshness.",
             labels=["state"],
         )
-        stale = sum(1 for a in ages if a > self._stale_after)
+        stale_after, ahead = self._stale_after, -self._clock_skew  # dated ahead: stale too
+        stale = sum(1 for a in ages if a > stale_after or a <= ahead)
         nodes.add_metric(["fresh"], float(len(ages) - stale))
         nodes.add_metric(["stale"], float(stale))
         yield nodes
@@ -94,14 +97,16 @@ class ReportCollector(Collector):
 
 
 class ExtenderMetrics:
-    def __init__(self, store: ReportStore, stale_after: float) -> None:
+    def __init__(
+        self, store: ReportStore, stale_after: float, clock_skew: float = CLOCK_SKEW
+    ) -> None:
         multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         self.registry = CollectorRegistry(auto_describe=False)
         # In multiprocess mode the metric values live in shared files, read by the collector.
         owner = None if multiprocess_dir else self.registry
         if multiprocess_dir:
             MultiProcessCollector(self.registry, multiprocess_dir)  # type: ignore[no-untyped-call]
-        self.registry.register(ReportCollector(store, stale_after))
+        self.registry.register(ReportCollector(store, stale_after, clock_skew))
         self._duration = Histogram(
             selfmetrics.EXTENDER_REQUEST_DURATION,
             "Time to answer a request, by route (body read included).",

@@ -9,7 +9,7 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.reports import ReportStore
-from extender.verdict import NodeFacts, PodFacts, Verdict, decide
+from extender.verdict import NodeFacts, PodFacts, Verdict, decide, is_stale
 from reporter.schema import DetectionState, Violation, format_time
 
 
@@ -82,7 +82,7 @@ def node_view(store: ReportStore, config: VerdictConfig, now: float) -> NodesVie
                 schedulable=entry.schedulable,
                 kata_ready=entry.kata_ready,
                 fallback=entry.fallback,
-                stale=age > config.stale_after,
+                stale=is_stale(held, now, config),
                 live=entry.live,
                 age_seconds=round(age, 3) if math.isfinite(age) else None,
                 sample_time=entry.sample_time,

@@ -82,6 +82,12 @@ def _violation_text(name: str, entry: NodeEntry) -> str:
     return f"mco: node {name} is marked unschedulable by its interference report{why}"
 
 
+def is_stale(held_until: float, now: float, config: VerdictConfig) -> bool:
+    """Whether data known to hold up to ``held_until`` counts as missing at ``now``: too old,
+    or dated too far ahead to be believed (a clock or a writer gone wrong)."""
+    return now - held_until > config.stale_after or held_until - now >= config.clock_skew
+
+
 def decide(
     entry: NodeEntry | None,
     held_until: float,
@@ -98,22 +104,34 @@ def decide(
         # evidence (unknown node, names-only request) keeps it off as well.
         ready = node.kata_label or (entry is not None and entry.kata_ready)
         if not ready:
+            # A node nothing is known about is named by the request, not the message: one
+            # shared verdict serves every unknown name (extender.judge).
             known = entry is not None or node.kata_label is not None
-            state = "is not Kata-ready" if known else "is not known to be Kata-ready (no report)"
+            state = (
+                f"node {node.name} is not Kata-ready"
+                if known
+                else "the node is not known to be Kata-ready (no report)"
+            )
             return _verdict(
                 False,
                 Reason.KATA_NOT_READY,
-                f"mco: runtimeClassName {pod.runtime_class} needs a Kata-ready node; "
-                f"node {node.name} {state}",
+                f"mco: runtimeClassName {pod.runtime_class} needs a Kata-ready node; {state}",
                 0.0,
                 True,
             )
     if entry is None:
-        return _missing(Reason.UNKNOWN, f"mco: no interference report for node {node.name}", config)
+        return _missing(Reason.UNKNOWN, "mco: no interference report for the node", config)
     if now - held_until > config.stale_after:
         return _missing(
             Reason.STALE,
             f"mco: interference data for node {node.name} is older than {config.stale_after:g}s",
+            config,
+        )
+    if held_until - now >= config.clock_skew:
+        return _missing(
+            Reason.STALE,
+            f"mco: interference data for node {node.name} is dated in the future, "
+            f"{config.clock_skew:g}s or more ahead of this clock",
             config,
         )
     if not entry.schedulable:

@@ -56,8 +56,16 @@ class Pod(msgspec.Struct, gc=False):
         return self.spec.runtime_class_name if self.spec is not None else None
 
 
+MAX_NAME = 253  # a Kubernetes object name (DNS-1123 subdomain) is at most this long
+
+
 def runtime_class(pod: Pod | None) -> str | None:
-    return pod.runtime_class if pod is not None else None
+    """The pod's runtimeClassName; a name Kubernetes would not accept is refused, as it keys a
+    verdict table and is repeated in verdict messages."""
+    name = pod.runtime_class if pod is not None else None
+    if name is not None and len(name) > MAX_NAME:
+        raise BadRequest(f"runtimeClassName longer than {MAX_NAME} characters")
+    return name
 
 
 # What msgspec raises on bad input: malformed JSON, wrong types, and nesting too deep to follow.

@@ -3,9 +3,12 @@ the clock move."""
 
 from __future__ import annotations
 
+import gc
 import math
+import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,19 +27,19 @@ operation = st.one_of(
         st.just("set"),
         st.sampled_from(NAMES),
         st.sampled_from([None, 0.0, 0.5, 0.9]),  # level
-        st.floats(0, 60),  # sampled this long before the clock
+        st.floats(-200, 60),  # sampled this long before the clock (negative: ahead of it)
         st.booleans(),  # schedulable
         st.booleans(),  # kata ready
         st.booleans(),  # live
     ),
     st.tuples(st.just("remove"), st.sampled_from(NAMES)),
     st.tuples(st.just("tick"), st.floats(0, 40)),
-    st.tuples(st.just("beat"), st.floats(0, 60)),  # a heartbeat this long before the clock
+    st.tuples(st.just("beat"), st.floats(-200, 60)),  # a heartbeat this long before the clock
     st.tuples(st.just("ask"), st.lists(st.sampled_from([*NAMES, "x"]), min_size=1, max_size=3)),
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     ops=st.lists(operation, max_size=30),
     runtime_class=st.sampled_from([None, "kata-qemu"]),
@@ -107,3 +110,87 @@ def test_live_entries_follow_the_heartbeat():
     store.upsert(cluster_report(live, heartbeat=T0 + 35))  # the entry itself is unchanged
     assert judge.names(["a"], pod, T0 + 40)[0].reason == "ok"
     assert judge.names(["a"], pod, T0 + 66)[0].reason == "stale"
+
+
+def test_data_dated_ahead_is_stale_until_the_clock_catches_up():
+    config = VerdictConfig(stale_after=30, clock_skew=60)
+    store = ReportStore()
+    judge = Judge(store, config)
+    pod = pod_facts(None, config)
+    store.replace_all(per_node_reports({"a": entry(0.5, now=T0 + 3600)}))
+    assert judge.names(["a"], pod, T0)[0].reason == "stale"
+    assert judge.names(["a"], pod, T0 + 3540)[0].reason == "stale"  # exactly 60 s ahead
+    assert judge.names(["a"], pod, T0 + 3541)[0].reason == "ok"
+    assert judge.names(["a"], pod, T0 + 3631)[0].reason == "stale"  # and then old
+    live = {"b": entry(0.5, now=T0, live=True)}
+    store.replace_all([cluster_report(live, heartbeat=T0)])
+    assert judge.names(["b"], pod, T0 + 1)[0].reason == "ok"
+    store.replace_all([cluster_report(live, heartbeat=T0 + 3600)])  # a heartbeat an hour ahead
+    assert judge.names(["b"], pod, T0 + 2)[0].reason == "stale"
+    store.replace_all([cluster_report(live, heartbeat=T0 + 3)])
+    assert judge.names(["b"], pod, T0 + 4)[0].reason == "ok"
+
+
+def _held_by(work: Any) -> int:
+    """Bytes still allocated after ``work()`` returns (and its garbage is collected)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("fail_closed", [False, True])
+def test_names_no_report_mentions_are_never_stored(fail_closed):
+    """Eight Kata runtime classes and one plain pod, 200,000 names nobody reports each: the
+    answers are the documented ones, and the tables keep nothing for those names."""
+    config = VerdictConfig(fail_closed=fail_closed)
+    store = ReportStore()
+    store.replace_all(
+        [cluster_report({"k0": entry(0.2, now=T0, kata=True), "k1": entry(0.2, now=T0)})]
+    )
+    judge = Judge(store, config)
+    unknown = [f"node-{i:06d}" for i in range(200_000)]
+    names = [*unknown, "k0", "k1"]
+
+    def ask() -> None:
+        for runtime_class in [None, *(f"kata-{i}" for i in range(8))]:
+            pod = pod_facts(runtime_class, config)
+            verdicts = judge.names(names, pod, T0 + 1)
+            first = decide(None, -math.inf, pod, NodeFacts(unknown[0]), config, T0 + 1)
+            assert all(v == first for v in verdicts[:-2])
+            if runtime_class is None:
+                assert first.reason == "unknown" and first.passed is not fail_closed
+            else:
+                assert first.reason == "kata_not_ready" and not first.passed
+                assert "not known to be Kata-ready (no report)" in first.message
+                assert verdicts[-2].passed and not verdicts[-1].passed  # k0 has Kata, k1 not
+            assert verdicts[-1].reason == ("ok" if runtime_class is None else "kata_not_ready")
+
+    held = _held_by(ask)
+    assert held < 1 << 20, f"{held >> 20} MiB kept for names no report mentions"
+    assert judge.table_entries() == 9 * 2
+
+
+def test_all_tables_together_are_bounded_by_entries():
+    """Forty Kata runtime classes over 2,000 reported nodes would be 82,000 verdicts: the
+    least recently used tables go, and every answer is still `decide`'s."""
+    config = VerdictConfig()
+    store = ReportStore()
+    nodes = {f"n{i:04d}": entry(0.1 * (i % 10), now=T0, kata=i % 3 == 0) for i in range(2000)}
+    store.replace_all([cluster_report(nodes)])
+    judge = Judge(store, config, max_entries=10_000)
+    plain = pod_facts(None, config)
+    names = list(nodes)
+    for i in range(40):
+        for pod in (pod_facts(f"kata-{i}", config), plain):
+            verdicts = judge.names(names, pod, T0 + 1)
+            assert judge.table_entries() <= 10_000
+            for name in names[::97]:
+                expected = decide(nodes[name], T0, pod, NodeFacts(name), config, T0 + 1)
+                assert verdicts[names.index(name)] == expected
+    assert judge.table_entries() >= 4_000  # the plain pods' table, used all along, stayed

@@ -207,3 +207,29 @@ def test_decide_is_pure():
     before = time.time()
     assert judge(k) == judge(k)
     assert k.entry.level == 0.4 and time.time() >= before
+
+
+@pytest.mark.parametrize("live", [False, True])
+@pytest.mark.parametrize("ahead", [61.0, 3600.0, parse_time("9999-12-31T23:59:59Z") - NOW])
+def test_data_dated_in_the_future_is_stale_and_says_so(ahead, live):
+    k = known(level=0.1, age=-ahead, live=live)
+    v = judge(k, heartbeat=NOW)
+    assert v.passed and v.reason == Reason.STALE and v.score == 50.0
+    assert "dated in the future" in v.message and "60s" in v.message
+    closed = judge(k, heartbeat=NOW, fail_closed=True)
+    assert not closed.passed and "dated in the future" in closed.message
+
+
+def test_a_little_clock_skew_is_allowed():
+    for ahead in (1.0, 30.0, 59.0):
+        assert judge(known(level=0.1, age=-ahead)).reason == Reason.OK
+    assert judge(known(level=0.1, age=-10.0), clock_skew=5.0).reason == Reason.STALE
+
+
+def test_a_heartbeat_in_the_future_makes_live_entries_stale():
+    live = known(level=0.1, age=5, live=True)
+    assert judge(live, heartbeat=NOW).reason == Reason.OK
+    for beat in (NOW + 3600, parse_time("9999-01-01T00:00:00Z")):
+        v = judge(live, heartbeat=beat)
+        assert v.reason == Reason.STALE and "dated in the future" in v.message
+    assert judge(known(level=0.1, age=5), heartbeat=NOW + 3600).reason == Reason.OK  # not live
