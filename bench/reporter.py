@@ -42,7 +42,7 @@ import msgspec
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from reporter.cli import Reporter, settle_memory
+from reporter.engine import Reporter, settle_memory
 from reporter.entries import Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
@@ -245,7 +245,7 @@ class FleetResult:
 
 async def _run_cycles(
     prom_url: str, api_url: str, t0: int, steps: int, compression: bool
-) -> tuple[list[Cycle], Reporter]:
+) -> tuple[list[Cycle], Reporter, int]:
     cfg = client.Configuration(host=api_url)
     async with (
         client.ApiClient(configuration=cfg) as api_client,
@@ -260,7 +260,7 @@ async def _run_cycles(
             plan=Plan(compact=False),
             epsilon=Epsilon(),
             metrics=ReporterMetrics(),
-            kube_sink=sink,
+            sink=sink,
             live_within=5.0,
         )
         queries = 0
@@ -274,8 +274,9 @@ async def _run_cycles(
         source.query = counting  # type: ignore[method-assign]
         cycles = []
         answer_total = 0.0
+        largest = 0
         for step in range(steps + 1):
-            q0, b0 = queries, api.stats.bytes
+            q0 = queries
             a0 = reporter.metrics.answer_bytes._value.get()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             outcome = await reporter.cycle(at=float(t0 + step))
@@ -286,18 +287,19 @@ async def _run_cycles(
                 raise RuntimeError(f"cycle {step} failed: {outcome.message}")
             answer = reporter.metrics.answer_bytes._value.get() - a0
             answer_total += answer
-            assert outcome.result is not None
+            assert outcome.result is not None and outcome.written is not None
             cycles.append(
                 Cycle(
                     wall,
                     cpu,
                     queries - q0,
                     int(answer),
-                    api.stats.bytes - b0,
+                    outcome.written.bytes,
                     outcome.result.changed,
                 )
             )
-        return cycles, reporter
+            largest = outcome.written.object_bytes
+        return cycles, reporter, largest
 
 
 def _floor_cpu(prom: Prometheus, at: float, compression: bool) -> float:
@@ -357,7 +359,7 @@ def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResul
             timeout=120,
             what="the backfilled fleet",
         )
-        cycles, reporter = asyncio.run(
+        cycles, reporter, largest = asyncio.run(
             _run_cycles(prom.url, f"http://127.0.0.1:{port}", t0, steps, compression)
         )
         floor = _floor_cpu(prom, t0 + steps, compression)
@@ -371,8 +373,6 @@ def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResul
     compact_entries = {n: msgspec.structs.replace(e, signals=None) for n, e in view.entries.items()}
     compact = whole_objects(view, "cluster", compact_entries)[0]
     per_node = whole_objects(view, "per-node")
-    sink = reporter.kube_sink
-    assert sink is not None
     return FleetResult(
         nodes=nodes,
         cycles=cycles,
@@ -380,7 +380,7 @@ def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResul
         cluster_bytes=len(enc(cluster)),
         cluster_compact_bytes=len(enc(compact)),
         per_node_bytes=max(len(enc(o)) for o in per_node[1:]) if len(per_node) > 1 else 0,
-        largest_written=sink.largest_object(view.entries),
+        largest_written=largest,
         full_rewrite_bytes=len(enc(cluster)),
     )
 

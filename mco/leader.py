@@ -14,6 +14,11 @@ race as an exception, never releases the lease on shutdown, and keeps no fencing
   lease duration, so the old leader stops writing before any standby may take over.
 * On shutdown the leader releases the Lease (holder cleared), so a standby takes over at its
   next retry instead of after a whole lease duration.
+
+Work that may run only while holding the Lease goes through ``run_while_leading``: it waits
+on the elector's leadership events (set by the same transitions that call ``on_change``, and by
+a timer at the renew deadline), not on a polling loop, and cancels the work the moment the
+term ends, as kopf's ``ToggleSet.wait_for`` does.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,6 +77,10 @@ class LeaseElector:
         self._leading = False
         self.transitions_seen = 0
         self.last_heard: float | None = None  # when the API last answered a lease check
+        self._leading_event = asyncio.Event()  # set while leading
+        self._following_event = asyncio.Event()  # set while not leading
+        self._following_event.set()
+        self._deadline: asyncio.TimerHandle | None = None
 
     def is_leader(self) -> bool:
         return (
@@ -79,6 +88,10 @@ class LeaseElector:
             and self._renewed_at is not None
             and self.clock() - self._renewed_at < self.renew_deadline
         )
+
+    async def wait_leading(self, leading: bool = True) -> None:
+        """Return once this replica leads (``leading``) or follows (not ``leading``)."""
+        await (self._leading_event if leading else self._following_event).wait()
 
     async def run(self) -> None:
         """Campaign and renew until cancelled; releases the lease on the way out."""
@@ -101,12 +114,42 @@ class LeaseElector:
         if self._leading and not self.is_leader():
             self._set_leading(False)  # could not renew within the deadline
 
+    def _renewed(self, sent: float) -> None:
+        """A renewal sent at ``sent`` succeeded: lead until its deadline, when a timer ends the
+        term unless another renewal moved it (fencing on this replica's own clock)."""
+        self._renewed_at = sent
+        self._set_leading(True)
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
+        if self._renewed_at is None:
+            return
+        left = self._renewed_at + self.renew_deadline - self.clock()
+        self._deadline = asyncio.get_running_loop().call_later(max(left, 0.001), self._at_deadline)
+
+    def _at_deadline(self) -> None:
+        self._deadline = None
+        if self.is_leader():
+            self._arm_deadline()  # the loop's timer fired a little early
+        else:
+            self._update_leading()
+
     def _set_leading(self, leading: bool) -> None:
         if leading == self._leading:
             return
         self._leading = leading
-        if not leading:
+        if leading:
+            self._following_event.clear()
+            self._leading_event.set()
+        else:
             self._renewed_at = None
+            self._leading_event.clear()
+            self._following_event.set()
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
         log.info(
             "leadership changed",
             extra={"lease": self.name, "identity": self.identity, "leader": leading},
@@ -160,8 +203,7 @@ class LeaseElector:
             raise
         if holder != self.identity:
             self.transitions_seen += 1
-        self._renewed_at = sent
-        self._set_leading(True)
+        self._renewed(sent)
         return True
 
     async def _create(self, sent: float) -> bool:
@@ -182,8 +224,7 @@ class LeaseElector:
             if exc.status == 409:
                 return False
             raise
-        self._renewed_at = sent
-        self._set_leading(True)
+        self._renewed(sent)
         return True
 
     async def release(self) -> None:
@@ -201,6 +242,58 @@ class LeaseElector:
         }
         await self._api.patch_namespaced_lease(self.name, self.namespace, patch)
         log.info("lease released", extra={"lease": self.name, "identity": self.identity})
+
+
+async def run_while_leading(
+    elector: LeaseElector | None, work: Callable[[], Coroutine[Any, Any, None]]
+) -> None:
+    """Campaign for the Lease and run ``work()`` during each term, until cancelled.
+
+    ``work`` starts when leadership is gained and is cancelled as soon as it is lost (a lost
+    race, or the renew deadline passing without a renewal); a new term calls it again. A
+    ``work`` that returns early waits for the end of its term. Without an elector (leader
+    election off) ``work`` just runs. On the way out the work is stopped before the Lease is
+    released, so no write can follow the release.
+    """
+    if elector is None:
+        await work()
+        return
+    campaign = asyncio.create_task(elector.run(), name=f"lease {elector.name}")
+    try:
+        while True:
+            await _first(campaign, elector.wait_leading(True))
+            term = asyncio.create_task(work(), name=f"term {elector.name}")
+            try:
+                await _first(campaign, term, elector.wait_leading(False))
+            finally:
+                if not term.done():
+                    term.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await term
+            if not term.cancelled():
+                error = term.exception()
+                if error is not None:
+                    raise error
+                await _first(campaign, elector.wait_leading(False))
+    finally:
+        campaign.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await campaign
+
+
+async def _first(campaign: asyncio.Task[None], *waits: Awaitable[None]) -> None:
+    """Wait until one of ``waits`` completes; the campaign ending (it never does on its own)
+    re-raises its error."""
+    tasks = [w if isinstance(w, asyncio.Task) else asyncio.ensure_future(w) for w in waits]
+    try:
+        done, _ = await asyncio.wait([campaign, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t, w in zip(tasks, waits, strict=True):
+            if t is not w:
+                t.cancel()
+    if campaign in done:
+        campaign.result()
+        raise RuntimeError("the lease campaign ended")
 
 
 def _precondition(lease: client.V1Lease) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """``mco-reporter``: PromQL results into the NodeInterferenceReport, every ``--interval``.
 
-One cycle: one instant query (``reporter.query``), the tracker's update (``reporter.tracker``),
-then the sink: the Kubernetes API (default; leader-elected) or ``--output FILE|-``.
+This module only wires: flags into the engine (``reporter.engine``, the cycle), its sink (the
+Kubernetes API, default and leader-elected, or ``--output FILE|-``), the rule-config source and
+the self-metrics server; ``mco.leader.run_while_leading`` runs the engine while leading.
 """
 
 from __future__ import annotations
@@ -9,35 +10,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import re
 import signal
 import sys
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Coroutine, Sequence
+from functools import partial
+from typing import Any, Final
 
 from kubernetes_asyncio import client
 
 from mco.flags import duration, listen_address, size
 from mco.kubeconfig import api_client as kube_client
-from mco.leader import LeaseElector, add_leader_flags, elector_from_args, identity_from_args
+from mco.leader import (
+    LeaseElector,
+    add_leader_flags,
+    elector_from_args,
+    identity_from_args,
+    run_while_leading,
+)
 from mco.logs import add_log_flags, setup_logging
 from mco.tls import add_tls_flags, tls_from_args
-from reporter.entries import EntryBuilder, Epsilon
+from reporter.engine import Reporter
+from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
-from reporter.promql import PromQLClient, SourceConfig, SourceError, safe_url
-from reporter.query import Plan, fetch
+from reporter.promql import PromQLClient, SourceConfig, safe_url
+from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
-from reporter.tracker import CycleResult, Tracker
-from rulegen.model import ConfigError, DetectionRuleConfig
+from reporter.sink import Sink
+from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
 DEFAULT_LISTEN: Final = ":9849"
@@ -158,160 +164,6 @@ def default_namespace() -> str:
         return "default"
 
 
-@dataclass(slots=True)
-class Outcome:
-    ok: bool
-    message: str = ""
-    result: CycleResult | None = None
-
-
-class Reporter:
-    """One reporter: source, tracker, sink. ``cycle()`` is the unit the tests and bench drive."""
-
-    def __init__(
-        self,
-        *,
-        source: PromQLClient,
-        rules: RuleConfigSource,
-        plan: Plan,
-        epsilon: Epsilon,
-        metrics: ReporterMetrics,
-        file_sink: FileSink | None = None,
-        kube_sink: KubeSink | None = None,
-        live_within: float | None = None,
-        refresh_after: float = 0.0,
-    ) -> None:
-        self.source = source
-        self.rules = rules
-        self.plan = plan
-        self.epsilon = epsilon
-        self.metrics = metrics
-        self.file_sink = file_sink
-        self.kube_sink = kube_sink
-        self.live_within = live_within
-        self.refresh_after = refresh_after
-        self._config = rules.config
-        self.tracker = self._new_tracker(self._config)
-        self.seeded = False
-        self._source_error = ""  # kind of the ongoing source failure, for logging
-
-    def _live_within(self, cfg: DetectionRuleConfig) -> float:
-        return self.live_within or max(5.0, 3.0 * cfg.evaluation_interval)
-
-    def _new_tracker(self, cfg: DetectionRuleConfig) -> Tracker:
-        return Tracker(
-            EntryBuilder(self.plan, cfg, self.epsilon),
-            stale_after=float(cfg.report.stale_after),
-            live_within=self._live_within(cfg),
-            refresh_after=self.refresh_after,
-        )
-
-    def reset(self) -> None:
-        """Forget everything (leadership lost): the next leader term starts from the API."""
-        self.tracker = self._new_tracker(self._config)
-        self.seeded = False
-        if self.kube_sink is not None:
-            self.kube_sink.forget()
-
-    async def seed(self) -> None:
-        """Start from what the sink already holds, so unchanged nodes are not rewritten and a
-        failing source leaves the existing entries in place to age."""
-        if self.kube_sink is not None:
-            self.tracker.seed(await self.kube_sink.load())
-        elif self.file_sink is not None:
-            self.tracker.seed(self.file_sink.load())
-        self.seeded = True
-
-    async def cycle(self, at: float | None = None) -> Outcome:
-        cpu0 = time.process_time()
-        wall0 = time.perf_counter()
-        at = time.time() if at is None else at
-        m = self.metrics
-        cfg = await self.rules.current()
-        if cfg != self._config:
-            self._config = cfg
-            self.tracker.with_builder(
-                EntryBuilder(self.plan, cfg, self.epsilon),
-                float(cfg.report.stale_after),
-                self._live_within(cfg),
-            )
-        if not self.seeded:
-            try:
-                await self.seed()
-            except Exception as exc:
-                m.errors.labels("api_read").inc()
-                return self._done(
-                    Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
-                )
-        outcome = Outcome(True)
-        # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
-        # reached every sink: a sink that fails or backs off leaves readers with old data.
-        delivered = False
-        m.queries.inc(len(self.plan.exprs))
-        try:
-            snap = await fetch(self.source, self.plan, at)
-        except SourceError as exc:
-            m.errors.labels(exc.kind).inc()
-            result = self.tracker.fail(exc, at)
-            outcome = Outcome(False, f"PromQL source failed ({exc.kind}): {exc.message}", result)
-            # Once per outage (and per change of reason), not once a second.
-            level = logging.WARNING if exc.kind != self._source_error else logging.DEBUG
-            log.log(level, "PromQL source failed", extra={"kind": exc.kind, "err": exc.message})
-            self._source_error = exc.kind
-        else:
-            if self._source_error:
-                log.info("PromQL source answers again", extra={"after": self._source_error})
-                self._source_error = ""
-            m.answer_bytes.inc(snap.answer_bytes)
-            delivered = True
-            result = self.tracker.apply(snap)
-            outcome.result = result
-            m.changed_nodes.inc(result.changed)
-            m.rule_config_mismatch.set(1 if result.rule_hash_mismatch else 0)
-        m.nodes.set(result.nodes)
-        m.stale_nodes.set(result.stale)
-        m.lagging_nodes.set(result.lagging)
-        view = self.tracker.view()
-        if self.file_sink is not None:
-            try:
-                written = self.file_sink.write(view, self.tracker.last_seen)
-                m.file_bytes.inc(written)
-                m.object_bytes.set(self.file_sink.largest_object)
-                m.set_layout(self.file_sink.chooser.current)
-                m.object_over_limit.set(1 if self.file_sink.chooser.over_limit else 0)
-            except OSError as exc:
-                delivered = False
-                m.errors.labels("file_write").inc()
-                outcome = Outcome(False, f"cannot write {self.file_sink.target}: {exc}", result)
-        if self.kube_sink is not None:
-            api = self.kube_sink.api.stats
-            before_bytes, before = api.bytes, dict(api.writes)
-            synced = await self.kube_sink.write(view)
-            for verb, count in api.writes.items():
-                m.api_writes.labels(verb).inc(count - before.get(verb, 0))
-            m.api_bytes.inc(api.bytes - before_bytes)
-            for kind in synced.errors:
-                m.errors.labels(f"api_{kind}").inc()
-            if synced.layout:
-                m.set_layout(synced.layout)
-            m.object_bytes.set(self.kube_sink.largest_object(view.entries))
-            m.object_over_limit.set(1 if self.kube_sink.chooser.over_limit else 0)
-            if synced.errors or synced.skipped:
-                delivered = False
-            if synced.errors and outcome.ok:
-                outcome = Outcome(
-                    False, f"Kubernetes API write failed: {', '.join(synced.errors)}", result
-                )
-        if delivered:
-            m.last_sync.set(at)
-        return self._done(outcome, cpu0, wall0)
-
-    def _done(self, outcome: Outcome, cpu0: float, wall0: float) -> Outcome:
-        self.metrics.cycle_seconds.observe(time.perf_counter() - wall0)
-        self.metrics.cycle_cpu.inc(time.process_time() - cpu0)
-        return outcome
-
-
 async def run(args: argparse.Namespace) -> int:
     try:
         src = source_config(args)
@@ -341,7 +193,6 @@ async def run(args: argparse.Namespace) -> int:
         print(f"mco-reporter: --rule-config: {exc}", file=sys.stderr)
         return 2
     chooser = LayoutChooser(args.layout, args.max_object_bytes)
-    file_sink = FileSink(args.output, chooser) if args.output is not None else None
     elector: LeaseElector | None = None
     if api_client is not None and args.leader_elect and not args.once:
         try:
@@ -355,15 +206,15 @@ async def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"mco-reporter: leader election: {exc}", file=sys.stderr)
             return 2
-    kube_sink = (
-        KubeSink(
+    sink: Sink
+    if api_client is not None:
+        sink = KubeSink(
             ReportApi(api_client, timeout=args.api_timeout),
             chooser,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
-        if api_client is not None
-        else None
-    )
+    else:
+        sink = FileSink(args.output, chooser)
     log.info(
         "starting",
         extra={
@@ -382,12 +233,12 @@ async def run(args: argparse.Namespace) -> int:
                 plan=Plan(compact=args.compact),
                 epsilon=Epsilon(args.epsilon, args.signal_epsilon),
                 metrics=metrics,
-                file_sink=file_sink,
-                kube_sink=kube_sink,
+                sink=sink,
                 live_within=args.live_within,
                 refresh_after=args.refresh_after,
             )
             if args.once:
+                await rules.refresh()
                 outcome = await reporter.cycle()
                 if not outcome.ok:
                     print(f"mco-reporter: {outcome.message}", file=sys.stderr)
@@ -397,7 +248,10 @@ async def run(args: argparse.Namespace) -> int:
                 runner = await serve(
                     metrics, *listen, tls.server_context() if tls.enabled else None
                 )
-            return await _loop(reporter, elector, args.interval, metrics)
+            if elector is None:
+                metrics.leader.set(1)
+            await _until_stopped(run_while_leading(elector, partial(reporter.lead, args.interval)))
+            return 0
     finally:
         if runner is not None:
             await runner.cleanup()
@@ -405,54 +259,24 @@ async def run(args: argparse.Namespace) -> int:
             await api_client.close()
 
 
-def settle_memory() -> None:
-    """After the first cycle (the whole fleet read and written once): move what survives into
-    the permanent generation, so full garbage collections stop walking every node's entry.
-    Allocation per cycle is then mostly untracked (msgspec structs with gc=False)."""
-    gc.collect()
-    gc.freeze()
-
-
-async def _loop(
-    reporter: Reporter, elector: LeaseElector | None, interval: float, metrics: ReporterMetrics
-) -> int:
+async def _until_stopped(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until SIGTERM or SIGINT; cancelling it stops the writes, then releases the
+    Lease (``run_while_leading``)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    campaign = asyncio.create_task(elector.run()) if elector is not None else None
-    if elector is None:
-        metrics.leader.set(1)
-    leading = settled = False
-    next_at = time.monotonic()
+    task = asyncio.create_task(work)
+    stopped = asyncio.create_task(stop.wait())
     try:
-        while not stop.is_set():
-            now_leading = elector.is_leader() if elector is not None else True
-            if leading and not now_leading:
-                log.info("not the leader any more: stop writing")
-                reporter.reset()
-            leading = now_leading
-            if leading:
-                outcome = await reporter.cycle()
-                if not outcome.ok:
-                    log.debug("cycle failed", extra={"err": outcome.message})
-                if not settled and outcome.ok:
-                    settle_memory()
-                    settled = True
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay < 0:
-                next_at = time.monotonic()
-                delay = 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if campaign is not None:
-            campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await campaign
-    return 0
+        for t in (task, stopped):
+            t.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def main(argv: Sequence[str] | None = None) -> int:

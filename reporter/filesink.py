@@ -24,13 +24,19 @@ import msgspec
 
 from reporter.layout import PER_NODE, LayoutChooser, whole_objects
 from reporter.schema import NodeEntry, ReportList, decode_reports, format_time
+from reporter.sink import Medium, SinkResult
 from reporter.tracker import ReportView
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("mco.reporter.file")
+WRITE_FAILED = "write"  # the error kind (mco_reporter_errors_total{kind="file_write"})
 
 
 class FileSink:
+    """The ``Sink`` that writes the report as one JSON document (``--output``)."""
+
+    medium: Medium = "file"
+
     def __init__(self, target: str, chooser: LayoutChooser) -> None:
         self.target = target
         self.chooser = chooser
@@ -39,7 +45,7 @@ class FileSink:
         self.largest_object = 0
         self._times: dict[float, str] = {}
 
-    def load(self) -> dict[str, NodeEntry]:
+    async def load(self) -> dict[str, NodeEntry]:
         """The entries of an existing report file (a restart must not drop them); {} when there
         is none or it is not a report."""
         if self.target == "-":
@@ -60,8 +66,11 @@ class FileSink:
             entries.update(item.status.nodes)
         return entries
 
-    def document(self, view: ReportView, last_seen: dict[str, float]) -> bytes:
-        entries = self._fresh(view.entries, last_seen)
+    def forget(self) -> None:
+        """Nothing to forget: the whole file is written every cycle."""
+
+    def document(self, view: ReportView) -> bytes:
+        entries = self._fresh(view.entries, view.last_seen)
         layout = self.chooser.choose(view.entries)
         objects = whole_objects(view, layout, entries)
         if layout == PER_NODE:
@@ -90,17 +99,29 @@ class FileSink:
             out[node] = entry
         return out
 
-    def write(self, view: ReportView, last_seen: dict[str, float]) -> int:
-        """Write the report; returns its size. Raises OSError."""
-        data = self.document(view, last_seen)
-        if self.target == "-":
-            sys.stdout.buffer.write(data + b"\n")
-            sys.stdout.buffer.flush()
-        else:
-            write_atomically(Path(self.target), data)
+    async def write(self, view: ReportView) -> SinkResult:
+        """Write the report; a failure is in the result (kind ``write``), not raised."""
+        data = self.document(view)
+        result = SinkResult(
+            layout=self.chooser.current,
+            object_bytes=self.largest_object,
+            over_limit=self.chooser.over_limit,
+        )
+        try:
+            if self.target == "-":
+                sys.stdout.buffer.write(data + b"\n")
+                sys.stdout.buffer.flush()
+            else:
+                write_atomically(Path(self.target), data)
+        except OSError as exc:
+            result.errors.append(WRITE_FAILED)
+            result.message = f"cannot write {self.target}: {exc}"
+            return result
+        result.writes = {"write": 1}
+        result.bytes = len(data)
         self.bytes_written += len(data)
         self.last_size = len(data)
-        return len(data)
+        return result
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -2,8 +2,8 @@
 
 Responses are read raw (``_preload_content=False``) and decoded with msgspec: a patch answer
 holds the whole object (up to a MiB), and only its ``resourceVersion`` is needed. Each failure
-becomes an ``ApiError`` with a ``kind`` that says how to react (retry on a fresh read, recreate,
-back off, or give up on this write).
+becomes an ``mco.apierrors.ApiError``, whose ``kind`` says how to react (retry on a fresh read,
+recreate, back off, or give up on this write): the vocabulary every part shares.
 """
 
 from __future__ import annotations
@@ -17,39 +17,11 @@ import aiohttp
 import msgspec
 from kubernetes_asyncio import client
 
+from mco.apierrors import NOT_FOUND, ApiError, Malformed, Unreachable, classify, status_error
 from reporter.schema import GROUP, LAYOUT_LABEL, PLURAL, VERSION, NodeInterferenceReport, ReportList
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 _T = TypeVar("_T")
-
-# ApiError kinds (the ``kind`` label of mco_reporter_errors_total, prefixed ``api_``).
-CONFLICT: Final = "conflict"
-NOT_FOUND: Final = "not_found"
-GONE: Final = "gone"
-INVALID: Final = "invalid"
-TOO_LARGE: Final = "too_large"
-FORBIDDEN: Final = "forbidden"
-THROTTLED: Final = "throttled"
-SERVER_ERROR: Final = "server_error"
-CONNECTION: Final = "connection"
-# An answer that is not the object we expect (hand-edited past the CRD's schema, another
-# version): reported and backed off like a server error, never a crash.
-MALFORMED: Final = "malformed"
-# After these the written state is unknown: read the object again before the next patch.
-UNCERTAIN: Final = frozenset({GONE, SERVER_ERROR, CONNECTION, THROTTLED, MALFORMED})
-
-
-class ApiError(Exception):
-    def __init__(self, kind: str, status: int, message: str) -> None:
-        super().__init__(f"{kind} (HTTP {status}): {message}")
-        self.kind = kind
-        self.status = status
-        self.message = message
-
-
-class _Status(msgspec.Struct):
-    message: str = ""
-    reason: str = ""
 
 
 class _Meta(msgspec.Struct):
@@ -60,7 +32,6 @@ class _Slim(msgspec.Struct):
     metadata: _Meta = msgspec.field(default_factory=_Meta)
 
 
-_status = msgspec.json.Decoder(_Status)
 _slim = msgspec.json.Decoder(_Slim)
 _report = msgspec.json.Decoder(NodeInterferenceReport)
 _list = msgspec.json.Decoder(ReportList)
@@ -70,25 +41,7 @@ def _decode(decoder: msgspec.json.Decoder[_T], data: bytes, what: str) -> _T:
     try:
         return decoder.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise ApiError(MALFORMED, 200, f"{what} does not decode: {exc}") from exc
-
-
-def _kind(status: int, message: str) -> str:
-    if status == 409:
-        return CONFLICT
-    if status == 404:
-        return NOT_FOUND
-    if status == 410:
-        return GONE
-    if status == 413 or "too large" in message.lower():
-        return TOO_LARGE
-    if status in (400, 415, 422):
-        return INVALID
-    if status in (401, 403):
-        return FORBIDDEN
-    if status == 429:
-        return THROTTLED
-    return SERVER_ERROR
+        raise Malformed(200, f"{what} does not decode: {exc}") from exc
 
 
 @dataclass(slots=True)
@@ -120,21 +73,14 @@ class ReportApi:
             finally:
                 response.release()
         except TimeoutError as exc:
-            raise ApiError(CONNECTION, 0, f"no answer within {self.timeout:g}s") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ApiError(CONNECTION, 0, str(exc) or type(exc).__name__) from exc
-        except client.ApiException as exc:  # raised by some client versions on errors
-            raise ApiError(
-                _kind(exc.status or 0, str(exc.reason)), exc.status or 0, str(exc.reason)
-            ) from exc
+            raise Unreachable(0, f"no answer within {self.timeout:g}s") from exc
+        except (aiohttp.ClientError, OSError, client.ApiException) as exc:
+            error = classify(exc)  # ApiException: raised by some client versions on errors
+            assert error is not None
+            raise error from exc
         if 200 <= status < 300:
             return body
-        try:
-            detail = _status.decode(body)
-            message = detail.message or detail.reason
-        except msgspec.DecodeError:
-            message = body[:200].decode("utf-8", "replace")
-        raise ApiError(_kind(status, message), status, message)
+        raise status_error(status, body)
 
     def _count(self, verb: str, body: Any) -> None:
         # The client sends json.dumps(body); count exactly that.

@@ -12,13 +12,13 @@ Order matters to readers: node objects are written before the heartbeat, and the
 not advance if any node write failed (else an old entry would look current). Objects that the
 layout no longer needs are deleted last. Errors: 409 -> re-read and retry; 404 -> create again
 (someone deleted the object); 410, 429, 5xx, connection loss -> forget what the object holds
-(re-read it) and back off exponentially; 422/413 -> log, back off.
+(re-read it) and back off (``mco.backoff``, the pace of every Kubernetes loop); 422/413 -> log,
+back off. Every write answers a ``SinkResult`` (``reporter.sink``), failures included.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,15 +26,9 @@ from typing import Any, Final
 
 import msgspec
 
-from reporter.kubeapi import (
-    CONFLICT,
-    NOT_FOUND,
-    TOO_LARGE,
-    UNCERTAIN,
-    ApiError,
-    ReportApi,
-    gather_limited,
-)
+from mco.apierrors import CONFLICT, NOT_FOUND, TOO_LARGE, UNCERTAIN, ApiError, Conflict, NotFound
+from mco.backoff import Backoff
+from reporter.kubeapi import ReportApi, gather_limited
 from reporter.layout import CLUSTER, PER_NODE, Desired, LayoutChooser
 from reporter.patch import merge_diff
 from reporter.schema import (
@@ -44,6 +38,7 @@ from reporter.schema import (
     NodeInterferenceReport,
     summarize,
 )
+from reporter.sink import Medium, SinkResult
 from reporter.tracker import ReportView
 
 log = logging.getLogger("mco.reporter.kube")
@@ -68,15 +63,11 @@ class _Stored:
         )
 
 
-@dataclass(slots=True)
-class SyncResult:
-    ok: bool = True
-    skipped: bool = False  # backing off, or not allowed to write
-    errors: list[str] = field(default_factory=list)  # error kinds
-    layout: str = ""
-
-
 class KubeSink:
+    """The ``Sink`` that writes NodeInterferenceReport objects through the Kubernetes API."""
+
+    medium: Medium = "api"
+
     def __init__(
         self,
         api: ReportApi,
@@ -91,13 +82,11 @@ class KubeSink:
         self.api = api
         self.chooser = chooser
         self.concurrency = concurrency
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
+        self.backoff = Backoff(backoff_base, backoff_cap)
         self.may_write = may_write
         self.clock = clock
         self._stored: dict[str, _Stored] | None = None  # None: not read yet
         self._reread: set[str] = set()
-        self._failures = 0
         self.retry_at = 0.0
 
     # ------------------------------------------------------------------------------------------
@@ -109,8 +98,7 @@ class KubeSink:
             listed = await self.api.list_owned()
         except ApiError as exc:
             if exc.kind == NOT_FOUND:
-                raise ApiError(
-                    NOT_FOUND,
+                raise NotFound(
                     404,
                     "nodeinterferencereports.mco.io not served: is the CRD installed?",
                 ) from exc
@@ -135,29 +123,37 @@ class KubeSink:
         self._stored = None
         self._reread.clear()
 
-    def largest_object(self, entries: dict[str, NodeEntry]) -> int:
-        return self.chooser.largest_object(entries)
-
-    async def write(self, view: ReportView) -> SyncResult:
-        result = SyncResult()
+    async def write(self, view: ReportView) -> SinkResult:
+        result = SinkResult()
         if self.clock() < self.retry_at or not self.may_write():
             result.skipped = True
-            return result
-        try:
-            if self._stored is None:
-                await self.load()
-            await self._reconcile(view, result)
-        except ApiError as exc:
-            result.errors.append(exc.kind)
-            self._failed(exc)
-        result.ok = not result.errors
-        if result.ok:
-            self._failures = 0
+        else:
+            stats = self.api.stats
+            bytes_before, writes_before = stats.bytes, dict(stats.writes)
+            try:
+                if self._stored is None:
+                    await self.load()
+                await self._reconcile(view, result)
+            except ApiError as exc:
+                result.errors.append(exc.kind)
+                self._failed(exc)
+            result.writes = {
+                verb: n - writes_before.get(verb, 0)
+                for verb, n in stats.writes.items()
+                if n != writes_before.get(verb, 0)
+            }
+            result.bytes = stats.bytes - bytes_before
+            if result.errors:
+                result.message = f"Kubernetes API write failed: {', '.join(result.errors)}"
+            else:
+                self.backoff.reset()
+        result.object_bytes = self.chooser.largest_object(view.entries)
+        result.over_limit = self.chooser.over_limit
         return result
 
     # ------------------------------------------------------------------------------------------
 
-    async def _reconcile(self, view: ReportView, result: SyncResult) -> None:
+    async def _reconcile(self, view: ReportView, result: SinkResult) -> None:
         assert self._stored is not None
         stored = self._stored
         entries = view.entries
@@ -220,9 +216,8 @@ class KubeSink:
         self._stored.pop(name, None)
 
     def _failed(self, exc: ApiError) -> None:
-        self._failures += 1
-        delay = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
-        self.retry_at = self.clock() + delay * random.uniform(0.8, 1.2)  # noqa: S311  (jitter)
+        delay = self.backoff.next()
+        self.retry_at = self.clock() + delay
         log.warning(
             "kubernetes API write failed; backing off",
             extra={
@@ -290,7 +285,7 @@ class KubeSink:
                     st.nodes[node] = d.nodes[node]
             st.top.update(top)
             return
-        raise ApiError(CONFLICT, 409, f"{d.name}: still conflicting after {_ATTEMPTS} fresh reads")
+        raise Conflict(409, f"{d.name}: still conflicting after {_ATTEMPTS} fresh reads")
 
     async def _create(self, d: Desired) -> _Stored:
         try:
@@ -300,7 +295,7 @@ class KubeSink:
                 raise
         existing = await self.api.get(d.name)  # created meanwhile: adopt it
         if existing is None:
-            raise ApiError(CONFLICT, 409, f"{d.name} exists and does not")
+            raise Conflict(409, f"{d.name} exists and does not")
         return _Stored.of(existing)
 
     def _status_patch(

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mco import selfmetrics
+from reporter.sink import Medium, SinkResult
 
 
 class ReporterMetrics:
@@ -104,6 +105,21 @@ class ReporterMetrics:
             self.errors.labels(kind)
         for verb in ("create", "patch", "delete"):
             self.api_writes.labels(verb)
+
+    def wrote(self, medium: Medium, result: SinkResult) -> None:
+        """What one sink write sent and found (every field of the ``SinkResult``)."""
+        if medium == "api":
+            for verb, count in result.writes.items():
+                self.api_writes.labels(verb).inc(count)
+            self.api_bytes.inc(result.bytes)
+        else:
+            self.file_bytes.inc(result.bytes)
+        for kind in result.errors:
+            self.errors.labels(f"{medium}_{kind}").inc()
+        if result.layout:
+            self.set_layout(result.layout)
+        self.object_bytes.set(result.object_bytes)
+        self.object_over_limit.set(1 if result.over_limit else 0)
 
     def set_layout(self, layout: str) -> None:
         for name in ("cluster", "per-node"):

@@ -1,24 +1,28 @@
 """Where the reporter's DetectionRuleConfig comes from: ``staleAfter``, the hard-constraint limits
 written into violations, and the warn thresholds that scale the epsilon.
 
-A file (``--rule-config``, re-read when it changes), the ``default`` object in the API (re-read
-every ``refresh`` seconds), or the built-in defaults. A config that does not load keeps the last
+A file (``--rule-config``, re-read when it changes), the ``default`` object in the API (listed,
+then watched with ``mco.watch``: an edit is in force at the next cycle, and nothing is asked of
+the API server in between), or the built-in defaults. A config that does not load keeps the last
 good one in force, as rulegen does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import time
-from collections.abc import Callable
 
+import msgspec
 from kubernetes_asyncio import client
 
+from mco.apierrors import classify
+from mco.watch import ListWatch, Resource, WatchSettings
 from rulegen.model import (
     API_GROUP,
     API_VERSION,
     DEFAULT_NAME,
+    KIND,
     PLURAL,
     ConfigError,
     DetectionRuleConfig,
@@ -29,22 +33,41 @@ from rulegen.model import (
 log = logging.getLogger("mco.reporter.ruleconfig")
 
 
+class _Named(msgspec.Struct):
+    name: str = ""
+
+
+class _Head(msgspec.Struct):
+    metadata: _Named = msgspec.field(default_factory=_Named)
+
+
+_head = msgspec.json.Decoder(_Head)
+
+
 class RuleConfigSource:
     def __init__(
         self,
         *,
         path: str | None = None,
         api_client: client.ApiClient | None = None,
-        refresh: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
+        watch: WatchSettings | None = None,
     ) -> None:
         self.path = path
-        self._api = client.CustomObjectsApi(api_client) if api_client is not None else None
-        self.refresh = refresh
-        self.clock = clock
         self.config = DetectionRuleConfig.default()
         self._stamp: tuple[int, int] | None = None
-        self._next = 0.0
+        # Set once the first read of the API's object ended (found, absent, or failed: the
+        # config in force then stays); at once for a file or the built-in defaults.
+        self.synced = asyncio.Event()
+        self._watch: ListWatch | None = None
+        if api_client is not None and path is None:
+            resource = Resource(
+                API_GROUP, API_VERSION, PLURAL, field_selector=f"metadata.name={DEFAULT_NAME}"
+            )
+            self._watch = ListWatch(
+                api_client, resource, self, watch, on_restart=lambda *_: self.synced.set()
+            )
+        else:
+            self.synced.set()
 
     def load_initial(self) -> DetectionRuleConfig:
         """The file's config, or ConfigError (a bad file at start-up is a flag error)."""
@@ -58,10 +81,70 @@ class RuleConfigSource:
         """The config to use now; cheap to call every cycle."""
         if self.path is not None:
             self._reload_file()
-        elif self._api is not None and self.clock() >= self._next:
-            self._next = self.clock() + self.refresh
-            await self._reload_api()
         return self.config
+
+    async def follow(self) -> None:
+        """Keep ``config`` in line with the API's object until cancelled (returns at once for a
+        file or the built-in defaults)."""
+        if self._watch is not None:
+            await self._watch.run()
+
+    async def refresh(self) -> None:
+        """One read of the API's object (``--once``); a failure keeps the config in force."""
+        if self._watch is None:
+            return
+        try:
+            await self._watch.list_once()
+        except Exception as exc:
+            self.synced.set()
+            error = classify(exc)
+            if error is None:
+                raise
+            log.warning(
+                "cannot read DetectionRuleConfig",
+                extra={"kind": error.kind, "status": error.status, "err": error.message},
+            )
+
+    # -- the watch's handler (mco.watch.Handler) -------------------------------------------------
+
+    async def listed(self, items: list[msgspec.Raw]) -> None:
+        found = [raw for raw in items if _head.decode(raw).metadata.name == DEFAULT_NAME]
+        if found:
+            self._take(found[0])
+        else:
+            self._absent()
+        self.synced.set()
+
+    async def changed(self, kind: str, obj: msgspec.Raw) -> None:
+        if _head.decode(obj).metadata.name != DEFAULT_NAME:
+            return  # an API server that ignores the field selector
+        if kind == "DELETED":
+            self._absent()
+        else:
+            self._take(obj)
+
+    def _absent(self) -> None:
+        if self.config != DetectionRuleConfig.default():
+            log.info("no DetectionRuleConfig/default; using the built-in defaults")
+        self.config = DetectionRuleConfig.default()
+
+    def _take(self, raw: msgspec.Raw) -> None:
+        try:
+            obj = msgspec.json.decode(raw)
+            if not isinstance(obj, dict):
+                raise ConfigError(["the object is not a mapping"])
+            # A list's items carry no apiVersion and kind.
+            config = config_from_object(
+                {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, **obj}
+            )
+        except (ConfigError, msgspec.DecodeError) as exc:
+            log.error(
+                "DetectionRuleConfig rejected; keeping the last good one", extra={"err": str(exc)}
+            )
+            return
+        if config != self.config:
+            log.info("rule config loaded from the API", extra={"hash": config.config_hash()})
+        self.config = config
 
     def _reload_file(self) -> None:
         assert self.path is not None
@@ -81,31 +164,3 @@ class RuleConfigSource:
             )
         except ConfigError as exc:
             log.error("rule config rejected; keeping the last good one", extra={"err": str(exc)})
-
-    async def _reload_api(self) -> None:
-        assert self._api is not None
-        try:
-            obj = await self._api.get_cluster_custom_object(
-                API_GROUP, API_VERSION, PLURAL, DEFAULT_NAME
-            )
-        except client.ApiException as exc:
-            if exc.status == 404:
-                if self.config != DetectionRuleConfig.default():
-                    log.info("no DetectionRuleConfig/default; using the built-in defaults")
-                self.config = DetectionRuleConfig.default()
-            else:
-                log.warning("cannot read DetectionRuleConfig", extra={"status": exc.status})
-            return
-        except Exception as exc:  # connection trouble: keep the last one
-            log.warning("cannot read DetectionRuleConfig", extra={"err": str(exc)})
-            return
-        try:
-            config = config_from_object(obj)
-        except ConfigError as exc:
-            log.error(
-                "DetectionRuleConfig rejected; keeping the last good one", extra={"err": str(exc)}
-            )
-            return
-        if config != self.config:
-            log.info("rule config loaded from the API", extra={"hash": config.config_hash()})
-        self.config = config

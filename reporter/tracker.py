@@ -66,6 +66,7 @@ class ReportView:
     conditions: list[Condition]
     at: float  # when the last cycle ran (Unix time)
     changed_nodes: set[str] = field(default_factory=set)
+    last_seen: dict[str, float] = field(default_factory=dict)  # node -> its newest sample time
     summary: ReportSummary = field(default_factory=lambda: ReportSummary(0, 0))  # all entries
 
 
@@ -236,6 +237,7 @@ class Tracker:
             ],
             at=self._at,
             changed_nodes=self._changed,
+            last_seen=self.last_seen,
             summary=msgspec.structs.replace(summary, stale=self._stale),
         )
 

@@ -4,19 +4,22 @@ Watches the one DetectionRuleConfig, validates it with the same model the CRD en
 server-side applies the rendered PrometheusRule (field manager ``mco-rulegen``) and reports the
 verdict in the object's status. A config that fails validation is Rejected and the
 PrometheusRule is not touched, so the last good rules stay in force; Prometheus keeps
-evaluating them whatever happens to this controller or the API server. Every error (API
-unreachable, 5xx, a watch that breaks) is retried with capped exponential backoff; the loop
-never exits on its own.
+evaluating them whatever happens to this controller or the API server. The list, the watch and
+the retries are ``mco.watch``'s: every error (API unreachable, 5xx, a watch that breaks, a failed
+apply) backs off with jitter and lists again; every resync period it lists and applies again,
+undoing hand edits of the PrometheusRule. The loop never exits on its own.
 
 Conditions: ``Accepted`` (True, reason Valid / False, reason Rejected with the problems) says
 whether the latest generation is valid; ``Applied`` (True, RulesApplied / False, ApplyFailed)
 whether its PrometheusRule is in force. ``status.appliedGeneration`` and
 ``status.appliedRulesHash`` name the config the rules in force encode.
 
-With a ``LeaseElector`` only the replica holding the Lease reads, applies and writes status; a
-standby does nothing but follow the Lease. A new leader lists and applies at once, so the rules
-in force never lag behind a replica that missed an edit. Every write is fenced: it is refused
-once the elector's renew deadline has passed, before any standby may take over.
+With a ``LeaseElector`` only the replica holding the Lease reads, applies and writes status
+(``mco.leader.run_while_leading``: the term starts on the elector's event and is cancelled when
+the lease is lost); a standby does nothing but follow the Lease. A new leader lists and applies
+at once, so the rules in force never lag behind a replica that missed an edit. Every write is
+fenced: it is refused once the elector's renew deadline has passed, before any standby may take
+over.
 """
 
 from __future__ import annotations
@@ -31,13 +34,16 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import aiohttp
+import msgspec
 import yaml
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mco import selfmetrics
-from mco.leader import LeaseElector
+from mco.apierrors import CONNECTION, ApiError
+from mco.leader import LeaseElector, run_while_leading
+from mco.watch import ListWatch, Resource, WatchSettings
 from rulegen import model
 from rulegen.render import render_prometheusrule
 
@@ -60,7 +66,6 @@ class ControllerSettings:
     resync_seconds: float = 300.0  # re-read and re-apply, undoing edits to the PrometheusRule
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
-    leader_poll_seconds: float = 0.1  # how soon a lost or won lease starts or stops the work
 
 
 class ControllerMetrics:
@@ -92,7 +97,7 @@ class ControllerMetrics:
         )
         self.errors = Counter(
             selfmetrics.RULEGEN_ERRORS,
-            "Kubernetes API errors, by kind (unreachable, http_<status>, watch).",
+            "Kubernetes API errors, by kind (mco.apierrors: connection, server_error, gone, ...).",
             ["kind"],
             registry=r,
         )
@@ -163,6 +168,7 @@ class RuleConfigController:
         self.settings = settings or ControllerSettings()
         self.metrics = metrics or ControllerMetrics()
         self.elector = elector
+        self._api = api
         self._custom = client.CustomObjectsApi(api)
         # (generation, hash) of the rules this process applied; None before the first apply.
         self._applied: tuple[int, str] | None = None
@@ -184,21 +190,6 @@ class RuleConfigController:
             raise NotLeader("lost the lease; not writing")
 
     # -- API calls ---------------------------------------------------------------------------
-
-    async def _list_config(self) -> tuple[dict[str, Any] | None, str | None]:
-        """The DetectionRuleConfig (None when absent) and the list's resourceVersion."""
-        listing: dict[str, Any] = await self._custom.list_cluster_custom_object(
-            model.API_GROUP,
-            model.API_VERSION,
-            model.PLURAL,
-            field_selector=f"metadata.name={self.settings.config_name}",
-        )
-        found = None
-        for item in listing.get("items") or []:
-            if (item.get("metadata") or {}).get("name") == self.settings.config_name:
-                found = {"apiVersion": f"{model.API_GROUP}/{model.API_VERSION}", "kind": model.KIND}
-                found.update(item)
-        return found, (listing.get("metadata") or {}).get("resourceVersion")
 
     async def _apply_rules(self, config: model.DetectionRuleConfig, generation: int) -> None:
         s = self.settings
@@ -341,118 +332,75 @@ class RuleConfigController:
             },
         )
 
-    # -- the loop ------------------------------------------------------------------------------
+    # -- the loop (mco.watch) -----------------------------------------------------------------
 
-    def _count_error(self, exc: BaseException) -> str:
-        if isinstance(exc, ApiException):
-            kind = f"http_{exc.status}"
-        elif isinstance(exc, aiohttp.ClientConnectionError | OSError):
-            kind = "unreachable"
+    def _list_watch(self) -> ListWatch:
+        s = self.settings
+        resource = Resource(
+            model.API_GROUP,
+            model.API_VERSION,
+            model.PLURAL,
+            field_selector=f"metadata.name={s.config_name}",
+        )
+        settings = WatchSettings(
+            timeout=max(1, int(s.resync_seconds)),
+            relist_every=s.resync_seconds,
+            backoff_initial=s.backoff_initial,
+            backoff_max=s.backoff_max,
+        )
+        return ListWatch(self._api, resource, self, settings, on_restart=self._restarted)
+
+    def _restarted(self, reason: str, error: ApiError | None) -> None:
+        if error is None:
+            return  # a watch the server ended: resumed
+        self.metrics.errors.labels(error.kind).inc()
+        if error.kind == CONNECTION:
             self.metrics.up.set(0)
-        else:
-            kind = "watch"
-        self.metrics.errors.labels(kind).inc()
-        return kind
 
-    async def _watch(self, resource_version: str | None) -> None:
-        """Follow changes since the list until the resync period ends or the stream breaks.
+    async def listed(self, items: list[msgspec.Raw]) -> None:
+        """Each list (the first of a term, after an error, every resync): apply at once."""
+        found = None
+        for raw in items:
+            item = msgspec.json.decode(raw)
+            if isinstance(item, dict) and (item.get("metadata") or {}).get("name") == (
+                self.settings.config_name
+            ):
+                # A list's items carry no apiVersion and kind.
+                found = {"apiVersion": f"{model.API_GROUP}/{model.API_VERSION}", "kind": model.KIND}
+                found.update(item)
+        await self.reconcile(found, force=True)
+        self.metrics.up.set(1)
+        self.synced.set()
 
-        Watching from the list's resourceVersion means nothing that happened in between is
-        missed (a 410 Gone, when that version is too old, restarts with a fresh list).
-        """
-        w = watch.Watch()
-        since = {"resource_version": resource_version} if resource_version else {}
-        try:
-            async with asyncio.timeout(self.settings.resync_seconds):
-                async for event in w.stream(
-                    self._custom.list_cluster_custom_object,
-                    model.API_GROUP,
-                    model.API_VERSION,
-                    model.PLURAL,
-                    field_selector=f"metadata.name={self.settings.config_name}",
-                    timeout_seconds=max(1, int(self.settings.resync_seconds)),
-                    allow_watch_bookmarks=True,
-                    **since,
-                ):
-                    kind, obj = event.get("type"), event.get("raw_object") or event.get("object")
-                    if kind == "ERROR":
-                        raise RuntimeError(f"watch error: {obj}")
-                    if kind == "BOOKMARK":
-                        continue
-                    if not isinstance(obj, Mapping):
-                        continue
-                    if (obj.get("metadata") or {}).get("name") != self.settings.config_name:
-                        continue  # servers that ignore the field selector
-                    await self.reconcile(None if kind == "DELETED" else obj)
-        except TimeoutError:
-            pass  # time to resync
-        finally:
-            await w.close()
+    async def changed(self, kind: str, obj: msgspec.Raw) -> None:
+        item = msgspec.json.decode(obj)
+        if not isinstance(item, dict):
+            return
+        if (item.get("metadata") or {}).get("name") != self.settings.config_name:
+            return  # servers that ignore the field selector
+        await self.reconcile(None if kind == "DELETED" else item)
 
     async def run(self) -> None:
         """Reconcile forever; with an elector, campaign and reconcile only while leading."""
-        if self.elector is None:
-            self.metrics.leader.set(1)
-            await self._sync_forever()
-            return
-        self.metrics.leader.set(0)
-        campaign = asyncio.create_task(self.elector.run())
-        try:
-            while True:
-                await self._wait_leading(True)
-                await self._lead()
-        finally:
-            # Stop writing before the lease is released (the elector does that on cancel).
-            campaign.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await campaign
+        self.metrics.leader.set(1 if self.elector is None else 0)
+        await run_while_leading(self.elector, self._term)
 
-    async def _wait_leading(self, leading: bool) -> None:
-        assert self.elector is not None
-        while self.elector.is_leader() != leading:
-            await asyncio.sleep(self.settings.leader_poll_seconds)
-
-    async def _lead(self) -> None:
-        """One leader term: sync (list, apply at once, watch) until the lease is lost."""
-        assert self.elector is not None
+    async def _term(self) -> None:
+        """One leader term (the whole run without an elector): list, apply at once, watch;
+        cancelled by ``run_while_leading`` when the lease is lost."""
         self.synced.clear()
         self._applied = None  # another leader may have applied meanwhile
         self.leading = True
-        self.metrics.leader.set(1)
-        log.info("leading: applying the rules", extra={"identity": self.elector.identity})
-        term = asyncio.create_task(self._sync_forever())
-        lost = asyncio.create_task(self._wait_leading(False))
+        if self.elector is not None:
+            self.metrics.leader.set(1)
+            log.info("leading: applying the rules", extra={"identity": self.elector.identity})
         try:
-            await asyncio.wait({term, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await self._list_watch().run()
+        except NotLeader:
+            return  # the fence saw the deadline pass first; the term ends at once
         finally:
-            for t in (term, lost):
-                t.cancel()
-            await asyncio.gather(term, lost, return_exceptions=True)
-            self.leading = False
-            self.synced.clear()
-            self.metrics.leader.set(0)
-        log.info("not the leader any more: stopped writing")
-
-    async def _sync_forever(self) -> None:
-        """Read, apply, watch; on any error back off and start over. Ends only on NotLeader."""
-        delay = self.settings.backoff_initial
-        while True:
-            try:
-                obj, resource_version = await self._list_config()
-                await self.reconcile(obj, force=True)
-                self.metrics.up.set(1)
-                self.synced.set()
-                delay = self.settings.backoff_initial
-                await self._watch(resource_version)
-            except asyncio.CancelledError:
-                raise
-            except NotLeader:
-                return
-            except Exception as exc:
-                kind = self._count_error(exc)
-                log.warning(
-                    "sync failed; the rules in force are unchanged; retrying",
-                    extra={"kind": kind, "err": str(exc) or type(exc).__name__, "retry_in": delay},
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.settings.backoff_max)
+            if self.elector is not None:
+                self.leading = False
+                self.synced.clear()
+                self.metrics.leader.set(0)
+                log.info("not the leader any more: stopped writing")

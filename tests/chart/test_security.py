@@ -16,7 +16,7 @@ EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
     "mco-reporter": {
         ("mco.io", "nodeinterferencereports"): {"get", "list", "create", "patch", "delete"},
         ("mco.io", "nodeinterferencereports/status"): {"patch"},
-        ("mco.io", "detectionruleconfigs"): {"get"},
+        ("mco.io", "detectionruleconfigs"): {"list", "watch"},
         ("coordination.k8s.io", "leases"): {"create", "get", "patch"},
     },
     "mco-rulegen": {

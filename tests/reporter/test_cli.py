@@ -12,13 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 import trustme
 
-from reporter.cli import Reporter, build_parser, run
+from reporter.cli import build_parser, run
+from reporter.engine import Reporter
 from reporter.query import Kind, Plan
 from rulegen import series
 from scripts.procs import free_port
@@ -268,6 +268,7 @@ async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
     from reporter.metrics import ReporterMetrics
     from reporter.promql import PromQLClient, SourceConfig
     from reporter.ruleconfig import RuleConfigSource
+    from reporter.sink import Sink
 
     def gauge(metrics: ReporterMetrics) -> float:
         value = metrics.registry.get_sample_value(series.REPORTER_LAST_SYNC)
@@ -277,18 +278,18 @@ async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
     async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
         prom.nodes = {"a": quiet_values(PLAN)}
 
-        def reporter(**sinks: Any) -> Reporter:
+        def reporter(sink: Sink) -> Reporter:
             return Reporter(
                 source=source,
                 rules=RuleConfigSource(),
                 plan=PLAN,
                 epsilon=Epsilon(),
                 metrics=ReporterMetrics(),
-                **sinks,
+                sink=sink,
             )
 
         sink = KubeSink(ReportApi(api_client), LayoutChooser("cluster"), backoff_base=60.0)
-        kube = reporter(kube_sink=sink)
+        kube = reporter(sink=sink)
         kapi.fail("update", 403, times=1)
         assert not (await kube.cycle(at=time.time())).ok
         assert gauge(kube.metrics) == 0  # the query worked; the write did not
@@ -302,10 +303,10 @@ async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
 
         blocked = tmp_path / "not-a-directory"
         blocked.write_text("")
-        file = reporter(file_sink=FileSink(str(blocked / "report.json"), LayoutChooser("cluster")))
+        file = reporter(sink=FileSink(str(blocked / "report.json"), LayoutChooser("cluster")))
         assert not (await file.cycle(at=time.time())).ok
         assert gauge(file.metrics) == 0
-        writable = reporter(file_sink=FileSink(str(tmp_path / "r.json"), LayoutChooser("cluster")))
+        writable = reporter(sink=FileSink(str(tmp_path / "r.json"), LayoutChooser("cluster")))
         at = time.time()
         assert (await writable.cycle(at=at)).ok
         assert gauge(writable.metrics) == at

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reporter.cli import Reporter
+from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
@@ -97,7 +97,7 @@ def new_reporter(client: PromQLClient, out: Path) -> Reporter:
         plan=Plan(compact=False),
         epsilon=Epsilon(),
         metrics=ReporterMetrics(),
-        file_sink=FileSink(str(out), LayoutChooser("cluster")),
+        sink=FileSink(str(out), LayoutChooser("cluster")),
     )
 
 

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from kmock._internal import enums
 
-from reporter.cli import Reporter
+from reporter.engine import Reporter
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
@@ -528,13 +528,14 @@ async def test_api_write_metrics_move_with_what_was_sent(kapi, api_client) -> No
 
     async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
         prom.nodes = {f"n{i}": node(0.1) for i in range(4)}
+        sink = KubeSink(ReportApi(api_client), LayoutChooser("auto", 3000))
         reporter = Reporter(
             source=source,
             rules=RuleConfigSource(),
             plan=PLAN,
             epsilon=Epsilon(),
             metrics=m,
-            kube_sink=KubeSink(ReportApi(api_client), LayoutChooser("auto", 3000)),
+            sink=sink,
         )
         assert (await reporter.cycle()).ok  # per-node at this limit: creates and patches
         assert counted() == received() and counted()[0]["create"] == 5
@@ -551,5 +552,5 @@ async def test_api_write_metrics_move_with_what_was_sent(kapi, api_client) -> No
         await asyncio.sleep(1.1)
         assert (await reporter.cycle()).ok
         # One node left: auto goes back to the cluster layout, so all four node objects go.
-        assert reporter.kube_sink is not None and reporter.kube_sink.chooser.current == "cluster"
+        assert sink.chooser.current == "cluster"
         assert counted() == received() and counted()[0]["delete"] == 4

@@ -1,16 +1,30 @@
 """Where staleAfter and the hard-constraint limits come from: a file, or the API's `default`
-DetectionRuleConfig; a bad one keeps the last good one."""
+DetectionRuleConfig, followed by a watch (kmock); a bad one keeps the last good one."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import kmock
 import yaml
 
+from mco.watch import WatchSettings
+from reporter.engine import Reporter
+from reporter.entries import Epsilon
+from reporter.filesink import FileSink
+from reporter.layout import LayoutChooser
+from reporter.metrics import ReporterMetrics
+from reporter.promql import PromQLClient, SourceConfig
+from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.model import API_GROUP, API_VERSION, PLURAL, DetectionRuleConfig
+from tests.reporter.fakeprom import fake_prometheus
+from tests.reporter.helpers import quiet_values
 from tests.reporter.kapi import VersionedKubernetes
 
 
@@ -35,22 +49,108 @@ async def test_file_is_reloaded_when_it_changes_and_a_bad_edit_is_ignored(tmp_pa
     assert (await source.current()).report.stale_after == 60  # kept the last good one
 
 
-async def test_api_object_is_read_and_defaults_apply_without_one(
-    kapi: VersionedKubernetes, api_client
+DRC = kmock.resource(API_GROUP, API_VERSION, PLURAL)
+DRC_PATH = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
+FAST = WatchSettings(backoff_initial=0.05, backoff_max=0.2)
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+def drc_requests(kapi: VersionedKubernetes) -> list[Any]:
+    return [r for r in kapi if r.resource == DRC]
+
+
+def watching(kapi: VersionedKubernetes) -> Callable[[], bool]:
+    """Whether a watch on DetectionRuleConfigs is subscribed to kmock's event bus."""
+    return lambda: kapi._buses[DRC].consumer_count > 0
+
+
+def io_max(source: RuleConfigSource) -> float:
+    return source.config.hard_constraints.psi_io_some_max
+
+
+async def test_api_object_is_followed_by_a_watch_not_polled(
+    kapi: VersionedKubernetes, api_client, caplog
 ) -> None:
-    clock = [0.0]
-    source = RuleConfigSource(api_client=api_client, refresh=30, clock=lambda: clock[0])
-    assert await source.current() == DetectionRuleConfig.default()  # 404: defaults
-    resource = kmock.resource(API_GROUP, API_VERSION, PLURAL)
-    kapi.objects[resource, None, "default"] = yaml.safe_load(config_yaml(0.5))
-    assert (await source.current()) == DetectionRuleConfig.default()  # not re-read yet
-    clock[0] = 31
-    assert (await source.current()).hard_constraints.psi_io_some_max == 0.5
-    kapi.objects[resource, None, "default"] = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "DetectionRuleConfig",
-        "metadata": {"name": "default"},
-        "spec": {"window": "banana"},
-    }
-    clock[0] = 62
-    assert (await source.current()).hard_constraints.psi_io_some_max == 0.5  # last good one
+    kapi.resources[DRC] = kmock.ResourceInfo(kind="DetectionRuleConfig", namespaced=False)
+    source = RuleConfigSource(api_client=api_client, watch=FAST)
+    assert not source.synced.is_set()
+    task = asyncio.create_task(source.follow())
+    try:
+        async with asyncio.timeout(5):
+            await source.synced.wait()
+        assert await source.current() == DetectionRuleConfig.default()  # none: defaults
+        await eventually(watching(kapi), "the watch")
+        await kapi.post(DRC_PATH, json=yaml.safe_load(config_yaml(0.5)))
+        await eventually(lambda: io_max(source) == 0.5, "the new object")
+        assert (await source.current()).report.stale_after == 45
+        # A bad edit is rejected; the last good config stays.
+        caplog.set_level("ERROR", logger="mco.reporter.ruleconfig")
+        await kapi.patch(f"{DRC_PATH}/default", json={"spec": {"window": "banana"}})
+        await eventually(lambda: "rejected" in caplog.text, "the rejection")
+        assert io_max(source) == 0.5
+        await kapi.patch(
+            f"{DRC_PATH}/default",
+            json={"spec": {"window": "30s", "hardConstraints": {"psiIOSomeMax": 0.4}}},
+        )
+        await eventually(lambda: io_max(source) == 0.4, "the fixed object")
+        await kapi.delete(f"{DRC_PATH}/default")
+        await eventually(lambda: source.config == DetectionRuleConfig.default(), "the defaults")
+        # Followed, not polled: one list, then watch requests only; never a GET of the object.
+        # (The test's own writes are the other requests.)
+        reads = [r for r in drc_requests(kapi) if r.method.value == "GET"]
+        lists = [r for r in reads if r.params.get("watch") != "true"]
+        assert len(lists) == 1 and lists[0].params.get("fieldSelector") == "metadata.name=default"
+        assert not any(r.name for r in reads)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_reporter_writes_the_limits_of_an_edited_rule_config_without_a_restart(
+    kapi: VersionedKubernetes, api_client, tmp_path: Path
+) -> None:
+    """A leader term of the engine follows the DetectionRuleConfig: an edit of the hard limit
+    is in the violations the next cycles write."""
+    kapi.resources[DRC] = kmock.ResourceInfo(kind="DetectionRuleConfig", namespaced=False)
+    await kapi.post(DRC_PATH, json=yaml.safe_load(config_yaml(0.7)))
+    plan = Plan(compact=False)
+    values = quiet_values(plan)
+    values[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    values[(Kind.SIGNAL, "psiIOSome")] = 0.75
+    out = tmp_path / "report.json"
+
+    def limits() -> list[float]:
+        try:
+            report = json.loads(out.read_text())
+        except (OSError, ValueError):
+            return []
+        return [v["limit"] for v in report["status"]["nodes"]["a"].get("violations", [])]
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {"a": values}
+        reporter = Reporter(
+            source=source,
+            rules=RuleConfigSource(api_client=api_client, watch=FAST),
+            plan=plan,
+            epsilon=Epsilon(),
+            metrics=ReporterMetrics(),
+            sink=FileSink(str(out), LayoutChooser("cluster")),
+        )
+        term = asyncio.create_task(reporter.lead(0.05))
+        try:
+            await eventually(lambda: limits() == [0.7], "the first report")
+            await eventually(watching(kapi), "the watch")
+            await kapi.patch(
+                f"{DRC_PATH}/default", json={"spec": {"hardConstraints": {"psiIOSomeMax": 0.6}}}
+            )
+            await eventually(lambda: limits() == [0.6], "the edited limit in the report")
+            reads = [r for r in drc_requests(kapi) if r.method.value == "GET"]
+            assert reads and not any(r.name for r in reads)  # never polled by name
+        finally:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)

@@ -264,7 +264,7 @@ async def test_failed_apply_is_reported_and_retried(running_controller):
     assert "appliedRulesHash" not in status(cluster)
     assert condition(cluster, "Accepted")["status"] == "True"
     await eventually(
-        lambda: controller.metrics.errors.labels("http_503")._value.get() >= 2, what="retries"
+        lambda: controller.metrics.errors.labels("server_error")._value.get() >= 2, what="retries"
     )
     cluster.failing.clear()
     digest = config_from_object(drc(GOOD)).config_hash()
@@ -297,7 +297,7 @@ async def test_unreachable_api_is_retried_until_it_answers(cluster):
     task = asyncio.create_task(controller.run())
     try:
         await eventually(
-            lambda: controller.metrics.errors.labels("unreachable")._value.get() >= 3,
+            lambda: controller.metrics.errors.labels("connection")._value.get() >= 3,
             what="retries",
         )
         assert not task.done() and not controller.synced.is_set()
@@ -308,9 +308,9 @@ async def test_unreachable_api_is_retried_until_it_answers(cluster):
             await eventually(lambda: "appliedRulesHash" in status(cluster), timeout=5, what="sync")
             assert controller.synced.is_set() and controller.metrics.up._value.get() == 1
         # It goes away again mid-watch: the controller keeps retrying, the rules stay.
-        before = controller.metrics.errors.labels("unreachable")._value.get()
+        before = controller.metrics.errors.labels("connection")._value.get()
         await eventually(
-            lambda: controller.metrics.errors.labels("unreachable")._value.get() > before,
+            lambda: controller.metrics.errors.labels("connection")._value.get() > before,
             what="errors",
         )
         assert not task.done()

@@ -1,0 +1,187 @@
+"""The reporter's cycle: query, track, write, behind one ``Sink`` (``reporter.sink``).
+
+One cycle is one instant query (``reporter.query``), the tracker's update
+(``reporter.tracker``), then the sink's write; ``lead`` repeats it every interval for one
+leader term (the whole run without leader election), following the DetectionRuleConfig
+meanwhile. The CLI, the tests and the benchmark all drive this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from reporter.entries import EntryBuilder, Epsilon
+from reporter.metrics import ReporterMetrics
+from reporter.promql import PromQLClient, SourceError
+from reporter.query import Plan, fetch
+from reporter.ruleconfig import RuleConfigSource
+from reporter.sink import Sink, SinkResult
+from reporter.tracker import CycleResult, Tracker
+from rulegen.model import DetectionRuleConfig
+
+log = logging.getLogger("mco.reporter")
+RULES_WAIT: Final = 10.0  # at a term's start, how long the first rule-config list may take
+
+
+@dataclass(slots=True)
+class Outcome:
+    ok: bool
+    message: str = ""
+    result: CycleResult | None = None
+    written: SinkResult | None = None  # what the sink did (None: it was not reached)
+
+
+def settle_memory() -> None:
+    """After the first cycle (the whole fleet read and written once): move what survives into
+    the permanent generation, so full garbage collections stop walking every node's entry.
+    Allocation per cycle is then mostly untracked (msgspec structs with gc=False)."""
+    gc.collect()
+    gc.freeze()
+
+
+class Reporter:
+    """One reporter: source, tracker, sink. ``cycle()`` is the unit the tests and bench drive."""
+
+    def __init__(
+        self,
+        *,
+        source: PromQLClient,
+        rules: RuleConfigSource,
+        plan: Plan,
+        epsilon: Epsilon,
+        metrics: ReporterMetrics,
+        sink: Sink,
+        live_within: float | None = None,
+        refresh_after: float = 0.0,
+    ) -> None:
+        self.source = source
+        self.rules = rules
+        self.plan = plan
+        self.epsilon = epsilon
+        self.metrics = metrics
+        self.sink = sink
+        self.live_within = live_within
+        self.refresh_after = refresh_after
+        self._config = rules.config
+        self.tracker = self._new_tracker(self._config)
+        self.seeded = False
+        self.settled = False
+        self._source_error = ""  # kind of the ongoing source failure, for logging
+
+    def _live_within(self, cfg: DetectionRuleConfig) -> float:
+        return self.live_within or max(5.0, 3.0 * cfg.evaluation_interval)
+
+    def _new_tracker(self, cfg: DetectionRuleConfig) -> Tracker:
+        return Tracker(
+            EntryBuilder(self.plan, cfg, self.epsilon),
+            stale_after=float(cfg.report.stale_after),
+            live_within=self._live_within(cfg),
+            refresh_after=self.refresh_after,
+        )
+
+    def reset(self) -> None:
+        """Forget everything (leadership lost): the next leader term starts from the sink."""
+        self.tracker = self._new_tracker(self._config)
+        self.seeded = False
+        self.sink.forget()
+
+    async def seed(self) -> None:
+        """Start from what the sink already holds, so unchanged nodes are not rewritten and a
+        failing source leaves the existing entries in place to age."""
+        self.tracker.seed(await self.sink.load())
+        self.seeded = True
+
+    async def cycle(self, at: float | None = None) -> Outcome:
+        cpu0 = time.process_time()
+        wall0 = time.perf_counter()
+        at = time.time() if at is None else at
+        m = self.metrics
+        cfg = await self.rules.current()
+        if cfg != self._config:
+            self._config = cfg
+            self.tracker.with_builder(
+                EntryBuilder(self.plan, cfg, self.epsilon),
+                float(cfg.report.stale_after),
+                self._live_within(cfg),
+            )
+        if not self.seeded:
+            try:
+                await self.seed()
+            except Exception as exc:
+                m.errors.labels(f"{self.sink.medium}_read").inc()
+                return self._done(
+                    Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
+                )
+        outcome = Outcome(True)
+        m.queries.inc(len(self.plan.exprs))
+        try:
+            snap = await fetch(self.source, self.plan, at)
+        except SourceError as exc:
+            m.errors.labels(exc.kind).inc()
+            result = self.tracker.fail(exc, at)
+            outcome = Outcome(False, f"PromQL source failed ({exc.kind}): {exc.message}", result)
+            # Once per outage (and per change of reason), not once a second.
+            level = logging.WARNING if exc.kind != self._source_error else logging.DEBUG
+            log.log(level, "PromQL source failed", extra={"kind": exc.kind, "err": exc.message})
+            self._source_error = exc.kind
+            queried = False
+        else:
+            if self._source_error:
+                log.info("PromQL source answers again", extra={"after": self._source_error})
+                self._source_error = ""
+            m.answer_bytes.inc(snap.answer_bytes)
+            queried = True
+            result = self.tracker.apply(snap)
+            outcome.result = result
+            m.changed_nodes.inc(result.changed)
+            m.rule_config_mismatch.set(1 if result.rule_hash_mismatch else 0)
+        m.nodes.set(result.nodes)
+        m.stale_nodes.set(result.stale)
+        m.lagging_nodes.set(result.lagging)
+        written = await self.sink.write(self.tracker.view())
+        m.wrote(self.sink.medium, written)
+        if not written.ok and outcome.ok:
+            outcome = Outcome(False, written.message, result)
+        outcome.written = written
+        # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
+        # reached the readers: a sink that fails or backs off leaves them with old data.
+        if queried and written.delivered:
+            m.last_sync.set(at)
+        return self._done(outcome, cpu0, wall0)
+
+    def _done(self, outcome: Outcome, cpu0: float, wall0: float) -> Outcome:
+        self.metrics.cycle_seconds.observe(time.perf_counter() - wall0)
+        self.metrics.cycle_cpu.inc(time.process_time() - cpu0)
+        return outcome
+
+    async def lead(self, interval: float) -> None:
+        """Cycle every ``interval`` until cancelled (the end of the leader term), following the
+        DetectionRuleConfig meanwhile; the next term starts afresh from the sink."""
+        follow = asyncio.create_task(self.rules.follow(), name="rule config")
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.rules.synced.wait(), RULES_WAIT)
+            loop = asyncio.get_running_loop()
+            next_at = loop.time()
+            while True:
+                outcome = await self.cycle()
+                if not outcome.ok:
+                    log.debug("cycle failed", extra={"err": outcome.message})
+                elif not self.settled:
+                    settle_memory()
+                    self.settled = True
+                next_at += interval
+                if next_at < loop.time():
+                    next_at = loop.time()  # late: the next cycle now, no burst to catch up
+                await asyncio.sleep(next_at - loop.time())
+        finally:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
+            self.reset()

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from kubernetes_asyncio import client
+
+from tests.reporter.kapi import VersionedKubernetes, versioned_kubernetes
+
+
+@pytest_asyncio.fixture
+async def kapi() -> AsyncIterator[VersionedKubernetes]:
+    async with versioned_kubernetes() as k:
+        yield k
+
+
+@pytest_asyncio.fixture
+async def api_client(kapi: VersionedKubernetes) -> AsyncIterator[client.ApiClient]:
+    cfg = client.Configuration(host=str(kapi.url).rstrip("/"))
+    async with client.ApiClient(configuration=cfg) as api:
+        yield api
