@@ -162,3 +162,60 @@ detectionRuleConfig.spec deep-merged over it, as YAML. */}}
 {{- $s := regexFind "[0-9]+s" . | trimSuffix "s" | default "0" | int -}}
 {{- add (mul $h 3600) (mul $m 60) $s -}}
 {{- end -}}
+
+{{/* The reporter's PromQL credentials: flags naming files under /etc/mco/prometheus, and the
+projected volume holding them, from existing Secrets (a ConfigMap for the CA). Secrets never
+reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
+{{- define "mco.prometheusAuth" -}}
+{{- $p := .Values.prometheus -}}
+{{- $auth := $p.auth -}}
+{{- $tls := $p.tls -}}
+{{- if regexMatch "^[^/]*//[^/?#]*@" $p.url -}}
+{{- fail "prometheus.url must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." -}}
+{{- end -}}
+{{- if and $auth.bearerToken.secretName (or $auth.basicAuth.username $auth.basicAuth.passwordSecretName) -}}
+{{- fail "prometheus.auth: set either bearerToken or basicAuth, not both" -}}
+{{- end -}}
+{{- if ne (empty $auth.basicAuth.username) (empty $auth.basicAuth.passwordSecretName) -}}
+{{- fail "prometheus.auth.basicAuth needs both username and passwordSecretName" -}}
+{{- end -}}
+{{- if and $tls.ca.secretName $tls.ca.configMapName -}}
+{{- fail "prometheus.tls.ca: set either secretName or configMapName, not both" -}}
+{{- end -}}
+{{- $dir := "/etc/mco/prometheus" -}}
+{{- $args := list -}}
+{{- $sources := list -}}
+{{- with $auth.bearerToken.secretName -}}
+{{- $args = append $args (printf "--prometheus-bearer-token-file=%s/token" $dir) -}}
+{{- $sources = append $sources (dict "secret" (dict "name" . "items" (list (dict "key" $auth.bearerToken.key "path" "token")))) -}}
+{{- end -}}
+{{- with $auth.basicAuth.passwordSecretName -}}
+{{- $args = concat $args (list (printf "--prometheus-basic-auth-user=%s" $auth.basicAuth.username) (printf "--prometheus-basic-auth-password-file=%s/password" $dir)) -}}
+{{- $sources = append $sources (dict "secret" (dict "name" . "items" (list (dict "key" $auth.basicAuth.passwordKey "path" "password")))) -}}
+{{- end -}}
+{{- $caItems := list (dict "key" $tls.ca.key "path" "ca.crt") -}}
+{{- with $tls.ca.secretName -}}
+{{- $sources = append $sources (dict "secret" (dict "name" . "items" $caItems)) -}}
+{{- end -}}
+{{- with $tls.ca.configMapName -}}
+{{- $sources = append $sources (dict "configMap" (dict "name" . "items" $caItems)) -}}
+{{- end -}}
+{{- if or $tls.ca.secretName $tls.ca.configMapName -}}
+{{- $args = append $args (printf "--prometheus-ca-file=%s/ca.crt" $dir) -}}
+{{- end -}}
+{{- with $tls.clientCertSecretName -}}
+{{- $args = concat $args (list (printf "--prometheus-cert-file=%s/client.crt" $dir) (printf "--prometheus-key-file=%s/client.key" $dir)) -}}
+{{- $sources = append $sources (dict "secret" (dict "name" . "items" (list (dict "key" "tls.crt" "path" "client.crt") (dict "key" "tls.key" "path" "client.key")))) -}}
+{{- end -}}
+{{- if $tls.insecureSkipVerify -}}
+{{- $args = append $args "--prometheus-insecure-skip-verify" -}}
+{{- end -}}
+{{- $volumes := list -}}
+{{- $mounts := list -}}
+{{- if $sources -}}
+{{- /* 0440: the reporter's group (fsGroup 65532) reads, nobody else. */ -}}
+{{- $volumes = list (dict "name" "prometheus-credentials" "projected" (dict "defaultMode" 288 "sources" $sources)) -}}
+{{- $mounts = list (dict "name" "prometheus-credentials" "mountPath" $dir "readOnly" true) -}}
+{{- end -}}
+{{- toJson (dict "args" $args "volumes" $volumes "volumeMounts" $mounts) -}}
+{{- end -}}
