@@ -1,4 +1,11 @@
-"""Whether this node can run Kata Containers: a shim binary on the host and a KVM device."""
+"""Whether this node can run Kata Containers: a shim binary on the host and a KVM device.
+
+The KVM device is found either as ``/dev/kvm`` under the rootfs or as the kvm misc device in
+sysfs, which the kernel registers exactly when it creates ``/dev/kvm``. The chart mounts only
+the shim directories under the rootfs, never the host's ``/dev`` (its ``/dev/shm`` holds other
+pods' shared memory, and a hostPath of ``/dev/kvm`` cannot be optional), so in a pod the sysfs
+entry is what answers.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +28,13 @@ DEFAULT_SHIMS = ",".join(
     )
 )
 KVM_DEVICE = "/dev/kvm"
+KVM_SYSFS = ("class", "misc", "kvm", "dev")  # "10:232" while the kvm module is loaded
 
 
 @register(
     "kata",
     default_enabled=True,
-    help="Kata runtime readiness (shim present and /dev/kvm a device)",
+    help="Kata runtime readiness (shim present and /dev/kvm a device, or kvm in sysfs)",
     options=(Option("shim-paths", DEFAULT_SHIMS, "comma-separated host paths of the Kata shim"),),
 )
 class KataCollector(FileCollector):
@@ -34,6 +42,7 @@ class KataCollector(FileCollector):
         paths = config.paths
         self._shims = [paths.root(p) for p in config.option("shim-paths").split(",") if p.strip()]
         self._kvm = paths.root(KVM_DEVICE)
+        self._kvm_sysfs = paths.sys(*KVM_SYSFS)
 
     def update(self) -> list[Metric]:
         shim = any(os.path.isfile(p) and os.access(p, os.X_OK) for p in self._shims)
@@ -41,6 +50,7 @@ class KataCollector(FileCollector):
             kvm = stat.S_ISCHR(os.stat(self._kvm).st_mode)
         except OSError:
             kvm = False
+        kvm = kvm or os.path.isfile(self._kvm_sysfs)
         return [
             GaugeMetricFamily(
                 "mco_kata_runtime_ready",

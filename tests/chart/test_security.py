@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import helm_python as helm
 import pytest
 
 from tests.chart.helm import SCENARIOS, merge, render, render_scenario, scenario_values
@@ -82,17 +83,42 @@ def test_every_service_account_is_bound_only_to_its_own_roles() -> None:
         assert subject["name"] == binding["roleRef"]["name"] == binding["metadata"]["name"]
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "kata-only"])
-def test_exporter_daemonset_is_not_privileged_but_has_what_ebpf_needs(scenario: str) -> None:
-    ds = render_scenario(scenario).one("DaemonSet", "-exporter")
-    pod = ds["spec"]["template"]["spec"]
+def exporter_pod(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = render(values).one("DaemonSet", "-exporter")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
+    return pod, container
+
+
+def host_mounts(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """Container path -> host path of every hostPath mount (all read-only)."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    out = {}
+    for m in container["volumeMounts"]:
+        host = volumes[m["name"]].get("hostPath")
+        if host:
+            assert m["readOnly"] is True, m
+            out[m["mountPath"]] = host["path"]
+    return out
+
+
+def kata_shim_dirs() -> dict[str, str]:
+    """What the kata collector's default shim paths need: each top-level directory under
+    /host/root (exporter/collectors/kata.py is the one list)."""
+    from exporter.collectors.kata import DEFAULT_SHIMS
+
+    tops = {"/" + p.strip("/").split("/")[0] for p in DEFAULT_SHIMS.split(",")}
+    return {f"/host/root{top}": top for top in tops}
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "kata-only"])
+def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(scenario: str) -> None:
+    pod, container = exporter_pod(scenario_values(scenario))
+    assert pod["securityContext"] == {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True}
     sc = container["securityContext"]
     assert sc["privileged"] is False
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"]["drop"] == ["ALL"]
-    assert sorted(sc["capabilities"]["add"]) == ["BPF", "PERFMON", "SYS_RESOURCE"]
+    assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["hostPID"] is True
     assert pod["automountServiceAccountToken"] is False
@@ -100,38 +126,70 @@ def test_exporter_daemonset_is_not_privileged_but_has_what_ebpf_needs(scenario: 
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    for path, host in [
-        ("/host/proc", "/proc"),
-        ("/host/sys", "/sys"),
-        ("/host/root", "/"),
-        ("/sys/kernel/tracing", "/sys/kernel/tracing"),
-        ("/sys/fs/bpf", "/sys/fs/bpf"),
-        ("/lib/modules", "/lib/modules"),
-        ("/usr/src", "/usr/src"),
-    ]:
-        assert mounts[path]["readOnly"] is True, path
-        assert volumes[mounts[path]["name"]]["hostPath"]["path"] == host
+    # /proc, /sys and the Kata shim directories: nothing else of the host, never its /.
+    mounts = host_mounts(pod, container)
+    assert mounts == {"/host/proc": "/proc", "/host/sys": "/sys", **kata_shim_dirs()}
+    assert "/" not in mounts.values()
     # Every host path is read-only; only the scratch emptyDir is writable.
     writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
     assert writable == ["/tmp"]
-    assert "emptyDir" in volumes[mounts["/tmp"]["name"]]
     args = container["args"]
     for flag in ("--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root"):
         assert flag in args
+    # The two collectors that need root with capabilities are off, so none fails every scrape.
+    assert {"--no-collector.biolatency", "--no-collector.perf_llc"} <= set(args)
+
+
+def test_kernel_events_run_as_root_with_only_what_ebpf_and_perf_need() -> None:
+    pod, container = exporter_pod({"exporter": {"kernelEvents": {"enabled": True}}})
+    assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
+    sc = container["securityContext"]
+    assert sc["privileged"] is False
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sorted(sc["capabilities"]["add"]) == ["BPF", "PERFMON", "SYS_RESOURCE"]
+    mounts = host_mounts(pod, container)
+    assert mounts == {
+        "/host/proc": "/proc",
+        "/host/sys": "/sys",
+        **kata_shim_dirs(),
+        "/sys/kernel/tracing": "/sys/kernel/tracing",
+        "/sys/fs/bpf": "/sys/fs/bpf",
+        "/lib/modules": "/lib/modules",
+        "/usr/src": "/usr/src",
+    }
+    assert not [a for a in container["args"] if "biolatency" in a or "perf_llc" in a]
+
+
+def test_kata_mounts_follow_the_shim_paths_and_the_collector() -> None:
+    option = {"kata.shim-paths": "/var/lib/kata/bin/shim, /opt/k/shim,/var/x/shim"}
+    pod, container = exporter_pod({"exporter": {"collectorOptions": option}})
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert host_mounts(pod, container) == {
+        "/host/proc": "/proc",
+        "/host/sys": "/sys",
+        "/host/root/var": "/var",
+        "/host/root/opt": "/opt",
+    }
+    for m in container["volumeMounts"]:
+        if m["mountPath"].startswith("/host/root/"):
+            assert volumes[m["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
+    pod, container = exporter_pod({"exporter": {"collectors": {"kata": False}}})
+    assert not [p for p in host_mounts(pod, container) if p.startswith("/host/root")]
+    for bad in ("/shim", "shim", "/opt/../etc/shim"):
+        with pytest.raises(helm.HelmError, match=r"kata\.shim-paths"):
+            render({"exporter": {"collectorOptions": {"kata.shim-paths": bad}}})
 
 
 def test_sys_admin_and_resctrl_are_options() -> None:
     values = {
         "exporter": {
+            "kernelEvents": {"enabled": True},
             "capabilities": {"sysAdmin": True},
             "hostMounts": {"resctrl": True, "debugfs": True},
         }
     }
-    ds = render(values).one("DaemonSet", "-exporter")
-    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    _pod, container = exporter_pod(values)
     sc = container["securityContext"]
     assert "SYS_ADMIN" in sc["capabilities"]["add"]
     assert sc["privileged"] is False
@@ -139,6 +197,9 @@ def test_sys_admin_and_resctrl_are_options() -> None:
     assert sc["allowPrivilegeEscalation"] is True
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/sys/fs/resctrl", "/sys/kernel/debug"} <= mounts
+    # Capabilities do nothing for a non-root process in a pod: asking for one without root fails.
+    with pytest.raises(helm.HelmError, match="kernelEvents"):
+        render({"exporter": {"capabilities": {"sysAdmin": True}}})
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

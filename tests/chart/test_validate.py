@@ -130,12 +130,14 @@ def test_operator_crds_reject_what_the_api_server_would() -> None:
 
 
 def test_tls_and_options_validate_too() -> None:
-    """The optional branches (TLS, SYS_ADMIN, resctrl, kata-deploy) render valid objects."""
+    """The optional branches (TLS, root with SYS_ADMIN, resctrl, kata-deploy) render valid
+    objects."""
     values = merge(
         scenario_values("full"),
         {
             "exporter": {
                 "tls": {"enabled": True, "secretName": "exporter-tls", "clientAuth": True},
+                "kernelEvents": {"enabled": True},
                 "capabilities": {"sysAdmin": True},
                 "hostMounts": {"debugfs": True, "resctrl": True},
                 "kernelHeaders": {"source": "/usr/src/linux-headers"},

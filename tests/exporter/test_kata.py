@@ -1,4 +1,5 @@
-"""kata: ready only with an executable shim under the rootfs and /dev/kvm a character device."""
+"""kata: ready only with an executable shim under the rootfs and KVM: /dev/kvm a character
+device under the rootfs, or the kvm misc device in sysfs (what the chart's pod sees)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from exporter.registry import CollectorConfig, specs
 
 
 def ready(root: Path, shims: str | None = None) -> float:
+    """The collector over ``root`` as rootfs and ``root/sys`` as sysfs (never this host's)."""
     default = next(o.default for o in specs()["kata"].options if o.name == "shim-paths")
-    config = CollectorConfig(Paths(rootfs=str(root)), {"shim-paths": shims or default})
+    paths = Paths(sysfs=str(root / "sys"), rootfs=str(root))
+    config = CollectorConfig(paths, {"shim-paths": shims or default})
     (family,) = KataCollector(config).update()
     return family.samples[0].value
 
@@ -75,3 +78,31 @@ def test_shim_paths_option(tmp_path: Path) -> None:
     add_kvm(tmp_path)
     assert ready(tmp_path) == 0
     assert ready(tmp_path, "/custom/kata-shim") == 1
+
+
+def add_kvm_in_sysfs(root: Path) -> None:
+    """As sysfs shows a loaded kvm module: class/misc/kvm links to the device directory."""
+    device = root / "sys/devices/virtual/misc/kvm"
+    device.mkdir(parents=True)
+    (device / "dev").write_text("10:232\n")
+    (root / "sys/class/misc").mkdir(parents=True)
+    (root / "sys/class/misc/kvm").symlink_to("../../devices/virtual/misc/kvm")
+
+
+def test_kvm_in_sysfs_is_enough_without_dev(tmp_path: Path) -> None:
+    # The chart's pod: shim directories under the rootfs, the host's /sys, no /dev.
+    add_shim(tmp_path)
+    assert ready(tmp_path) == 0
+    add_kvm_in_sysfs(tmp_path)
+    assert ready(tmp_path) == 1
+
+
+def test_kvm_in_sysfs_without_a_shim_is_not_ready(tmp_path: Path) -> None:
+    add_kvm_in_sysfs(tmp_path)
+    assert ready(tmp_path) == 0
+
+
+def test_kvm_class_without_its_dev_attribute_is_not_kvm(tmp_path: Path) -> None:
+    add_shim(tmp_path)
+    (tmp_path / "sys/class/misc/kvm").mkdir(parents=True)
+    assert ready(tmp_path) == 0

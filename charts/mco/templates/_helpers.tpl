@@ -219,3 +219,32 @@ reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
 {{- end -}}
 {{- toJson (dict "args" $args "volumes" $volumes "volumeMounts" $mounts) -}}
 {{- end -}}
+
+{{/* The kata collector's shim paths: its option, or the exporter's default
+(exporter/collectors/kata.py DEFAULT_SHIMS; a test keeps the two equal). */}}
+{{- define "mco.kataShimPaths" -}}
+{{- $default := "/usr/bin/containerd-shim-kata-v2,/usr/local/bin/containerd-shim-kata-v2,/opt/kata/bin/containerd-shim-kata-v2" -}}
+{{- index .Values.exporter.collectorOptions "kata.shim-paths" | default $default -}}
+{{- end -}}
+
+{{/* Host directories mounted under the exporter's rootfs for the kata collector, as a JSON
+list: the top-level directory of each shim path (/usr, /opt). Not the shim's own directory:
+kata-deploy deletes and recreates /opt/kata on every rollout, which would leave a bind mount of
+/opt/kata/bin pointing at the deleted directory. None when the kata collector is off. */}}
+{{- define "mco.kataHostDirs" -}}
+{{- $dirs := list -}}
+{{- $collectors := .Values.exporter.collectors -}}
+{{- if or (not (hasKey $collectors "kata")) (index $collectors "kata") -}}
+{{- range splitList "," (include "mco.kataShimPaths" .) -}}
+{{- $path := trim . -}}
+{{- if $path -}}
+{{- $parts := splitList "/" (trimPrefix "/" $path) -}}
+{{- if or (not (hasPrefix "/" $path)) (lt (len $parts) 2) (has ".." $parts) -}}
+{{- fail (printf "exporter.collectorOptions kata.shim-paths: %q must be an absolute path below a top-level directory" $path) -}}
+{{- end -}}
+{{- $dirs = append $dirs (printf "/%s" (first $parts)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (uniq $dirs) -}}
+{{- end -}}
