@@ -1,0 +1,234 @@
+"""NetworkPolicies: each MCO pod admits only Prometheus (and, to the extender, the schedulers),
+on its own port. The policies are evaluated with the NetworkPolicy rules (a pod is isolated by
+the policies that select it; a connection passes when one rule's peers and ports match)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from tests.chart.helm import NAMESPACE, SCENARIOS, chart, render, render_scenario, scenario_values
+
+# The port each workload serves, by component (the chart's defaults).
+PORTS = {"exporter": 9847, "reporter": 9849, "rulegen": 9850, "extender": 9848}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A client: its pod labels, its namespace and that namespace's labels, its address."""
+
+    labels: dict[str, str]
+    namespace: str
+    ip: str = "10.244.7.7"
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+
+    def ns_labels(self) -> dict[str, str]:
+        return {"kubernetes.io/metadata.name": self.namespace, **self.namespace_labels}
+
+
+PROMETHEUS = Source(
+    {"app.kubernetes.io/name": "prometheus", "prometheus": "kps-prometheus"}, "monitoring"
+)
+VOLCANO = Source({"app": "volcano-scheduler"}, "volcano-system")
+KUBE_SCHEDULER = Source({"component": "kube-scheduler", "tier": "control-plane"}, "kube-system")
+# Everything else: a pod of the release namespace, a look-alike elsewhere, a pod in monitoring.
+STRANGERS = [
+    Source({"app": "curl"}, NAMESPACE),
+    Source({"app": "volcano-scheduler"}, "default"),
+    Source({"app.kubernetes.io/name": "prometheus"}, "default"),
+    Source({"app.kubernetes.io/name": "grafana"}, "monitoring"),
+    Source({"component": "kube-scheduler"}, "default"),
+]
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        present, value = expr["key"] in labels, labels.get(expr["key"])
+        match expr["operator"]:
+            case "In":
+                ok = value in expr["values"]
+            case "NotIn":
+                ok = value not in expr["values"]
+            case "Exists":
+                ok = present
+            case _:
+                ok = not present
+        if not ok:
+            return False
+    return True
+
+
+def peer_admits(peer: dict[str, Any], src: Source, policy_ns: str) -> bool:
+    if "ipBlock" in peer:
+        net = ipaddress.ip_network(peer["ipBlock"]["cidr"])
+        ip = ipaddress.ip_address(src.ip)
+        excepted = any(ip in ipaddress.ip_network(e) for e in peer["ipBlock"].get("except", []))
+        return ip in net and not excepted
+    if "namespaceSelector" in peer:
+        ns_ok = selects(peer["namespaceSelector"], src.ns_labels())
+    else:
+        ns_ok = src.namespace == policy_ns
+    return ns_ok and selects(peer.get("podSelector", {}), src.labels)
+
+
+def admitted(
+    policies: list[dict[str, Any]], pod_labels: dict[str, str], src: Source, port: int
+) -> bool:
+    """Would a connection from ``src`` to ``port`` of a pod with ``pod_labels`` pass?"""
+    selecting = [p for p in policies if selects(p["spec"]["podSelector"], pod_labels)]
+    if not selecting:
+        return True  # not isolated
+    for policy in selecting:
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        for rule in policy["spec"].get("ingress") or []:
+            # A rule without `from` (or `ports`) admits every source (port); the chart never
+            # renders one, asserted in test_no_rule_admits_everyone.
+            peers_ok = any(
+                peer_admits(p, src, policy["metadata"]["namespace"]) for p in rule["from"]
+            )
+            ports_ok = any(p["port"] == port and p["protocol"] == "TCP" for p in rule["ports"])
+            if peers_ok and ports_ok:
+                return True
+    return False
+
+
+def workloads(rendered: Any) -> dict[str, tuple[dict[str, str], set[int]]]:
+    """component -> (pod labels, container ports) of every MCO workload rendered."""
+    out = {}
+    for obj, container in rendered.containers():
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        component = labels["app.kubernetes.io/component"]
+        if component in PORTS:
+            out[component] = (labels, {p["containerPort"] for p in container["ports"]})
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_workload_admits_only_prometheus_and_the_schedulers(scenario: str) -> None:
+    rendered = render_scenario(scenario)
+    policies = rendered.of_kind("NetworkPolicy")
+    pods = workloads(rendered)
+    assert {p["metadata"]["name"].removeprefix("mco-") for p in policies} == set(pods)
+    for component, (labels, ports) in pods.items():
+        # Exactly one policy selects the workload's pods, and no other MCO workload's.
+        (mine,) = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        assert mine["metadata"]["name"] == f"mco-{component}"
+        assert mine["metadata"]["namespace"] == NAMESPACE
+        (port,) = ports
+        assert port == PORTS[component]
+        assert {p["port"] for r in mine["spec"]["ingress"] for p in r["ports"]} == {port}
+        assert admitted(policies, labels, PROMETHEUS, port), component
+        schedulers = admitted(policies, labels, VOLCANO, port)
+        assert schedulers == (component == "extender"), component
+        assert admitted(policies, labels, KUBE_SCHEDULER, port) == schedulers
+        for stranger in STRANGERS:
+            assert not admitted(policies, labels, stranger, port), (component, stranger)
+        # Nothing but the port: Prometheus on another port of the same pod is refused.
+        assert not admitted(policies, labels, PROMETHEUS, port + 1000)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_policies_validate_against_the_kubernetes_schema(scenario: str) -> None:
+    for policy in render_scenario(scenario).of_kind("NetworkPolicy"):
+        for version in ("1.25.0", kubernetes_validate.utils.latest_version()):
+            kubernetes_validate.validate(policy, version, strict=True)
+
+
+def test_turned_off_by_a_value() -> None:
+    for scenario in SCENARIOS:
+        values = {**scenario_values(scenario), "networkPolicy": {"enabled": False}}
+        assert render(values).of_kind("NetworkPolicy") == []
+    assert render_scenario("full").of_kind("NetworkPolicy")
+
+
+def test_policies_follow_ports_release_and_rulegen_rendering() -> None:
+    values = {
+        "exporter": {"port": 19847},
+        "extender": {"port": 19848},
+        "reporter": {"metricsPort": 19849},
+    }
+    rendered = render(values, release="edge")
+    pods = workloads(rendered)
+    policies = rendered.of_kind("NetworkPolicy")
+    for component, (labels, (port,)) in pods.items():
+        assert admitted(policies, labels, PROMETHEUS, port), component
+    assert {p["metadata"]["name"] for p in policies} == {f"edge-mco-{c}" for c in pods}
+    # Without the Prometheus Operator there is no rulegen controller and no policy for it.
+    bare = render({}, monitoring=False)
+    assert "mco-rulegen" not in bare.names("NetworkPolicy")
+    assert "mco-reporter" in bare.names("NetworkPolicy")
+
+
+def test_custom_peers_kube_scheduler_on_the_host_network() -> None:
+    host_scheduler = Source({}, "", ip="10.0.0.11")
+    values = {
+        "networkPolicy": {
+            "schedulers": [{"ipBlock": {"cidr": "10.0.0.0/24", "except": ["10.0.0.128/25"]}}],
+            "prometheus": [
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "obs"}},
+                    "podSelector": {
+                        "matchExpressions": [{"key": "app", "operator": "In", "values": ["vm"]}]
+                    },
+                }
+            ],
+        }
+    }
+    rendered = render(values)
+    policies = rendered.of_kind("NetworkPolicy")
+    labels, _ = workloads(rendered)["extender"]
+    assert admitted(policies, labels, host_scheduler, 9848)
+    assert not admitted(policies, labels, Source({}, "", ip="10.0.0.200"), 9848)
+    assert not admitted(policies, labels, VOLCANO, 9848)  # the defaults were replaced
+    vm = Source({"app": "vm"}, "metrics", namespace_labels={"team": "obs"})
+    assert admitted(policies, labels, vm, 9848)
+    assert not admitted(policies, labels, PROMETHEUS, 9848)
+    for policy in policies:
+        kubernetes_validate.validate(
+            policy, kubernetes_validate.utils.latest_version(), strict=True
+        )
+
+
+def test_no_rule_admits_everyone() -> None:
+    """Empty peer lists deny; the chart never renders a rule without `from` or `ports`."""
+    rendered = render({"networkPolicy": {"prometheus": [], "schedulers": []}})
+    policies = rendered.of_kind("NetworkPolicy")
+    assert len(policies) == 4
+    for policy in policies:
+        assert policy["spec"]["ingress"] == []
+    for component, (labels, (port,)) in workloads(rendered).items():
+        assert not admitted(policies, labels, PROMETHEUS, port), component
+    for scenario in SCENARIOS:
+        for policy in render_scenario(scenario).of_kind("NetworkPolicy"):
+            for rule in policy["spec"]["ingress"]:
+                assert rule["from"] and rule["ports"]
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"networkPolicy": {"prometheus": [{}]}}, "prometheus"),
+        ({"networkPolicy": {"schedulers": [{"podSelectr": {}}]}}, "podSelectr"),
+        ({"networkPolicy": {"schedulers": [{"ipBlock": {"cidr": "10.0.0.1"}}]}}, "cidr"),
+        (
+            {
+                "networkPolicy": {
+                    "schedulers": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]
+                }
+            },
+            "schedulers",
+        ),
+        ({"networkPolicy": {"enabled": "yes"}}, "enabled"),
+    ],
+)
+def test_schema_rejects_malformed_peers(values: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match=where):
+        chart().validate_schema(values)
