@@ -134,6 +134,14 @@ class BiolatencyCollector:
         self._sysfs = config.paths
         if tracefs_dir(config.paths) is None:
             looked = " or ".join(config.paths.sys(*parts) for parts in TRACEFS_UNDER_SYSFS)
+            # tracefs is mode 0700: mounted but unreadable is a privilege problem, not a mount one.
+            dirs = [config.paths.sys(*parts) for parts in TRACEFS_UNDER_SYSFS]
+            locked = [d for d in dirs if os.path.isdir(d) and not os.access(d, os.X_OK)]
+            if locked:
+                raise UnavailableError(
+                    f"tracefs at {locked[0]} is not readable by UID {os.geteuid()} (root-only): "
+                    "run the exporter as root with CAP_BPF and CAP_PERFMON"
+                )
             raise UnavailableError(
                 f"tracefs is not mounted (no block tracepoints under {looked}); "
                 "mount -t tracefs nodev /sys/kernel/tracing"

@@ -75,7 +75,14 @@ def can_switch_user() -> Iterator[None]:
     yield
 
 
-def scrape(tmp_path: Path, prefix: list[str], flags: list[str]) -> dict[tuple[str, Any], float]:
+Samples = dict[tuple[str, Any], float]
+
+
+def scrape(tmp_path: Path, prefix: list[str], flags: list[str]) -> Samples:
+    return scrape_and_log(tmp_path, prefix, flags)[0]
+
+
+def scrape_and_log(tmp_path: Path, prefix: list[str], flags: list[str]) -> tuple[Samples, str]:
     port = free_port()
     argv = [
         *prefix,
@@ -95,9 +102,10 @@ def scrape(tmp_path: Path, prefix: list[str], flags: list[str]) -> dict[tuple[st
         url = f"http://127.0.0.1:{port}/metrics"
         proc.wait_http(url, timeout=60)
         requests.get(url, timeout=10)  # the first scrape primes the counters
-        return dict(samples_of(requests.get(url, timeout=10).text))
+        samples = dict(samples_of(requests.get(url, timeout=10).text))
     finally:
         proc.stop()
+    return samples, proc.log_tail(200)
 
 
 def success(samples: dict[tuple[str, Any], float]) -> dict[str, float]:
@@ -138,8 +146,11 @@ def test_ebpf_and_perf_fail_under_the_default_identity(tmp_path: Path) -> None:
     """Why the chart turns them off by default: without root they cannot work."""
     uid, gid, caps, _ = chart_identity({})
     flags = ["--collector.biolatency", "--collector.perf_llc"]
-    got = success(scrape(tmp_path, setpriv(uid, gid, caps), flags))
+    samples, log = scrape_and_log(tmp_path, setpriv(uid, gid, caps), flags)
+    got = success(samples)
     assert got["biolatency"] == 0
+    if Path("/sys/kernel/tracing/events/block").is_dir():  # root sees it: mounted, root-only
+        assert "not readable by UID 65532 (root-only)" in log
     if int(Path("/proc/sys/kernel/perf_event_paranoid").read_text()) > 0:
         assert got["perf_llc"] == 0
 
