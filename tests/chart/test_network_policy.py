@@ -232,3 +232,13 @@ def test_no_rule_admits_everyone() -> None:
 def test_schema_rejects_malformed_peers(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=where):
         chart().validate_schema(values)
+
+
+def test_notes_name_the_selectors_to_adjust() -> None:
+    notes = render_scenario("full").notes
+    assert 'Prometheus in namespace "monitoring"' in notes
+    assert "ipBlock" in notes and "networkPolicy.schedulers" in notes
+    # existing-volcano has no kube-scheduler config: no host-network hint there.
+    assert "ipBlock" not in render_scenario("existing-volcano").notes
+    off = render({**scenario_values("full"), "networkPolicy": {"enabled": False}}).notes
+    assert "NetworkPolic" not in off

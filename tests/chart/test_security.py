@@ -232,3 +232,9 @@ def test_only_kata_deploy_is_privileged_and_only_when_asked() -> None:
     }
     assert env["CREATE_RUNTIMECLASSES"] == "false"  # the chart owns the RuntimeClasses
     assert env["SHIMS"] == "qemu clh fc dragonball"
+
+
+def test_notes_say_what_the_exporter_runs_as() -> None:
+    assert "running as UID 65532 without capabilities" in render({}).notes
+    notes = render({"exporter": {"kernelEvents": {"enabled": True}}}).notes
+    assert "running as root with BPF, PERFMON, SYS_RESOURCE" in notes
