@@ -13,8 +13,9 @@ from typing import Any, Final
 
 import yaml
 
-from rulegen import model
+from rulegen import limits, model
 from rulegen.durations import MAX_LENGTH as DURATION_MAX_LENGTH
+from rulegen.durations import MAX_TEXT as DURATION_MAX
 from rulegen.durations import PATTERN as DURATION_PATTERN
 
 CRD_NAME: Final = f"{model.PLURAL}.{model.API_GROUP}"
@@ -25,15 +26,19 @@ def _parses(expr: str) -> str:
     return f"{expr} != '' && {expr}.matches(r'{DURATION_PATTERN}')"
 
 
-_DURATION_OK = f"{_parses('self')} && duration(self) > duration('0s')"
+# The pattern bounds each part's digits, so ``duration()`` cannot overflow before the bound.
+_DURATION_OK = (
+    f"{_parses('self')} && duration(self) > duration('0s')"
+    f" && duration(self) <= duration('{DURATION_MAX}')"
+)
 
 _FIELD_HELP: Final[dict[str, str]] = {
     "window": "Smoothing window of every signal (rate, avg_over_time, histogram rate): "
     "whole h/m/s, e.g. 10s. Keep it at least 4 scrape intervals.",
     "evaluationInterval": "How often Prometheus evaluates the recording rules, e.g. 1s.",
     "detections": "Interference detections, each a weighted max over its signals.",
-    "weight": "Weight of the detection in the interference level (>= 0; 0 records it but "
-    "leaves it out of the level).",
+    "weight": f"Weight of the detection in the interference level: 0 records it but leaves "
+    f"it out of the level, else {limits.MIN_WEIGHT:g} to {limits.MAX_WEIGHT:g}.",
     "signals": "Thresholds of the detection's signals.",
     "fallback": "Signals used instead of PSI on nodes where PSI is not available.",
     "hardConstraints": "Limits that make a node unschedulable while exceeded.",
@@ -73,7 +78,7 @@ def _duration(default: str, help_text: str) -> dict[str, Any]:
             {
                 "rule": _DURATION_OK,
                 "message": "must be a duration longer than 0s like 10s, 1m or 1h30m "
-                "(whole hours, minutes and seconds)",
+                f"(whole hours, minutes and seconds), at most {DURATION_MAX}",
             }
         ],
     }
@@ -101,12 +106,12 @@ def _threshold(signal: model.SignalSpec, default: dict[str, float]) -> dict[str,
             "warn": _number(
                 default["warn"],
                 f"Value ({signal.unit}) at which the signal triggers its detection.",
-                maximum=signal.maximum,
+                maximum=limits.threshold_maximum(signal.maximum),
             ),
             "critical": _number(
                 default["critical"],
                 f"Value ({signal.unit}) at which the signal's index reaches 1.",
-                maximum=signal.maximum,
+                maximum=limits.threshold_maximum(signal.maximum),
             ),
         },
         signal.help,
@@ -120,7 +125,15 @@ def _threshold(signal: model.SignalSpec, default: dict[str, float]) -> dict[str,
 
 def _detection(key: str, default: dict[str, Any]) -> dict[str, Any]:
     properties: dict[str, Any] = {
-        "weight": _number(default["weight"], _FIELD_HELP["weight"]),
+        "weight": {
+            **_number(default["weight"], _FIELD_HELP["weight"], maximum=limits.MAX_WEIGHT),
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self == 0.0 || self >= {limits.MIN_WEIGHT!r}",
+                    "message": f"must be 0 or at least {limits.MIN_WEIGHT:g}",
+                }
+            ],
+        },
     }
     for part in ("signals", "fallback"):
         if part not in default:
@@ -177,7 +190,7 @@ def spec_schema() -> dict[str, Any]:
                 {
                     "exporterSelector": {
                         "type": "string",
-                        "maxLength": 256,
+                        "maxLength": model.MAX_SELECTOR,
                         "default": alerts["exporterSelector"],
                         "description": _FIELD_HELP["exporterSelector"],
                         "x-kubernetes-validations": [
@@ -189,7 +202,7 @@ def spec_schema() -> dict[str, Any]:
                     },
                     "runbookURL": {
                         "type": "string",
-                        "maxLength": 512,
+                        "maxLength": model.MAX_URL,
                         "default": alerts["runbookURL"],
                         "description": _FIELD_HELP["runbookURL"],
                         "x-kubernetes-validations": [

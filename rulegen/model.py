@@ -20,8 +20,9 @@ from typing import Any, Final
 
 import yaml
 
-from rulegen import series
+from rulegen import limits, series
 from rulegen.durations import format_duration, parse_duration
+from rulegen.yamlload import MAX_BYTES, load_documents
 
 API_GROUP: Final = "mco.io"
 API_VERSION: Final = "v1alpha1"
@@ -34,12 +35,15 @@ DEFAULT_NAME: Final = "default"
 MATCHER: Final = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*(=|!=|=~|!~)[ \t]*"([^"\\\n]|\\.)*"'
 SELECTOR_PATTERN: Final = rf"^[ \t]*{MATCHER}([ \t]*,[ \t]*{MATCHER})*[ \t]*$"
 URL_PATTERN: Final = r'^https?://[^\s"\\<>{}]+$'
+MAX_SELECTOR: Final = 256  # the CRD's maxLength for each
+MAX_URL: Final = 512
 
 
 class ConfigError(ValueError):
     """An invalid DetectionRuleConfig; ``problems`` lists each one with its field path."""
 
     def __init__(self, problems: list[str]) -> None:
+        problems = limits.capped(problems)
         self.problems = problems
         summary = problems[0] if len(problems) == 1 else f"{len(problems)} problems: "
         if len(problems) > 1:
@@ -312,13 +316,14 @@ def load_config(text_or_path: str | Path) -> DetectionRuleConfig:
         path = Path(text_or_path)
         source = str(path)
         try:
-            text = path.read_text()
+            with path.open(encoding="utf-8", errors="replace") as f:
+                text = f.read(MAX_BYTES + 1)  # bounded: the loader refuses anything longer
         except OSError as exc:
             raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
     else:
         text = text_or_path
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = load_documents(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"{source}: not valid YAML: {exc}"]) from exc
     if len(documents) != 1:
@@ -327,7 +332,9 @@ def load_config(text_or_path: str | Path) -> DetectionRuleConfig:
     obj = documents[0]
     if not isinstance(obj, Mapping):
         hint = " (no such file)" if isinstance(obj, str) and "\n" not in text.strip() else ""
-        raise ConfigError([f"{source}: expected a DetectionRuleConfig object, got {obj!r}{hint}"])
+        raise ConfigError(
+            [f"{source}: expected a DetectionRuleConfig object, got {limits.shown(obj)}{hint}"]
+        )
     try:
         return config_from_object(obj)
     except ConfigError as exc:
@@ -341,9 +348,11 @@ def config_from_object(obj: Mapping[str, Any]) -> DetectionRuleConfig:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     problems = []
     if api_version != f"{API_GROUP}/{API_VERSION}":
-        problems.append(f"apiVersion: expected {API_GROUP}/{API_VERSION}, got {api_version!r}")
+        problems.append(
+            f"apiVersion: expected {API_GROUP}/{API_VERSION}, got {limits.shown(api_version)}"
+        )
     if kind != KIND:
-        problems.append(f"kind: expected {KIND}, got {kind!r}")
+        problems.append(f"kind: expected {KIND}, got {limits.shown(kind)}")
     if problems:
         raise ConfigError(problems)
     spec = obj.get("spec")
@@ -365,28 +374,23 @@ def from_spec(spec: Any) -> DetectionRuleConfig:
 def _merge(default: Any, given: Any, path: str, problems: list[str]) -> Any:
     if isinstance(default, dict):
         if not isinstance(given, Mapping):
-            problems.append(f"{path}: expected a mapping, got {given!r}")
+            problems.append(f"{path}: expected a mapping, got {limits.shown(given)}")
             return default
         merged = {}
         for key in given:
             if key not in default:
                 known = ", ".join(default)
-                problems.append(f"{path}.{key}: unknown field (known: {known})")
+                problems.append(f"{path}.{limits.field_name(key)}: unknown field (known: {known})")
         for key, value in default.items():
             merged[key] = (
                 _merge(value, given[key], f"{path}.{key}", problems) if key in given else value
             )
         return merged
     if isinstance(default, float):
-        if isinstance(given, bool) or not isinstance(given, int | float):
-            problems.append(f"{path}: expected a number, got {given!r}")
-            return default
-        if given != given or given in (float("inf"), float("-inf")):
-            problems.append(f"{path}: expected a finite number, got {given!r}")
-            return default
-        return float(given)
+        number = limits.as_number(given, path, problems)
+        return default if number is None else number
     if not isinstance(given, str):
-        problems.append(f"{path}: expected a string, got {given!r}")
+        problems.append(f"{path}: expected a string, got {limits.shown(given)}")
         return default
     return given
 
@@ -406,11 +410,12 @@ def _threshold(
     signal: SignalSpec, raw: Mapping[str, float], path: str, problems: list[str]
 ) -> Threshold:
     warn, critical = raw["warn"], raw["critical"]
+    maximum = limits.threshold_maximum(signal.maximum)
     for name, value in (("warn", warn), ("critical", critical)):
         if value < 0:
             problems.append(f"{path}.{name}: must be >= 0, got {value:g}")
-        elif signal.maximum is not None and value > signal.maximum:
-            problems.append(f"{path}.{name}: must be <= {signal.maximum:g}, got {value:g}")
+        elif value > maximum:
+            problems.append(f"{path}.{name}: must be <= {maximum:g}, got {value:g}")
     if signal.lower_is_worse and not warn > critical:
         problems.append(
             f"{path}: warn ({warn:g}) must be above critical ({critical:g}): "
@@ -425,9 +430,10 @@ def _threshold(
 
 
 def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig | None:
+    before = len(problems)
     window = _duration(merged, "window", problems)
     interval = _duration(merged, "evaluationInterval", problems)
-    if window < interval:
+    if len(problems) == before and window < interval:
         problems.append(
             f"spec.window ({merged['window']}) must be at least "
             f"spec.evaluationInterval ({merged['evaluationInterval']})"
@@ -436,8 +442,7 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
     for key in DETECTION_KEYS:
         raw = merged["detections"][key]
         path = f"spec.detections.{key}"
-        if raw["weight"] < 0:
-            problems.append(f"{path}.weight: must be >= 0, got {raw['weight']:g}")
+        limits.check_weight(raw["weight"], f"{path}.weight", problems)
         thresholds: dict[str, dict[str, Threshold]] = {"signals": {}, "fallback": {}}
         for part in ("signals", "fallback"):
             for signal_key, t in raw.get(part, {}).items():
@@ -458,14 +463,16 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
             f"spec.report.neutralScore: must be within [0, 100], got {report['neutralScore']:g}"
         )
     alerts = merged["alerts"]
-    if not re.fullmatch(SELECTOR_PATTERN, alerts["exporterSelector"]):
+    selector, runbook = alerts["exporterSelector"], alerts["runbookURL"]
+    if len(selector) > MAX_SELECTOR or not re.fullmatch(SELECTOR_PATTERN, selector):
         problems.append(
             "spec.alerts.exporterSelector: expected PromQL label matchers such as "
-            f'job="mco-exporter", got {alerts["exporterSelector"]!r}'
+            f'job="mco-exporter" (at most {MAX_SELECTOR} characters), got {limits.shown(selector)}'
         )
-    if not re.fullmatch(URL_PATTERN, alerts["runbookURL"]):
+    if len(runbook) > MAX_URL or not re.fullmatch(URL_PATTERN, runbook):
         problems.append(
-            f"spec.alerts.runbookURL: expected an http(s) URL, got {alerts['runbookURL']!r}"
+            f"spec.alerts.runbookURL: expected an http(s) URL of at most {MAX_URL} characters, "
+            f"got {limits.shown(runbook)}"
         )
     if not 0 < alerts["nodeInterferedLevel"] <= 1:
         problems.append(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rulegen.cli import main
@@ -83,3 +85,39 @@ def test_console_script_entry_point_runs():
     )
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["groups"][0]["name"] == "mco.rules"
+
+
+HEADER = "apiVersion: mco.io/v1alpha1\nkind: DetectionRuleConfig\nmetadata: {name: default}\n"
+BOMB = (
+    "  a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+    + "  window: *a8\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("  detections: {ioCongestion: {weight: " + "9" * 401 + "}}\n", "expected a finite number"),
+        ("  detections: {ioCongestion: {weight: " + "9" * 5000 + "}}\n", "integer of 5000"),
+        ("  report: {neutralScore: .nan}\n", "expected a finite number, got nan"),
+        ("  alerts: {nodeInterferedLevel: -.inf}\n", "expected a finite number, got -inf"),
+        ("  detections: {ioCongestion: {weight: [1]}}\n", "expected a number, got [1]"),
+        ("  detections: {ioCongestion: {weight: 1.0e+308}}\n", "must be <= 1000"),
+        ("  window: 9999999999s\n", "spec.window: '9999999999s' is out of range"),
+        ("  evaluationInterval: 9999999999s\n", "is out of range"),
+        ("  alerts: {nodeInterferedFor: 9999999999s}\n", "is out of range"),
+        (BOMB, "aliases (*a0) are not allowed"),
+    ],
+)
+def test_render_refuses_hostile_configs_with_one_line_and_exit_1(tmp_path, capsys, spec, reason):
+    path = tmp_path / "hostile.yaml"
+    path.write_text(HEADER + "spec:\n" + spec)
+    start = time.perf_counter()
+    assert main(["render", f"--config={path}"]) == 1
+    assert time.perf_counter() - start < 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"mco-rulegen: invalid DetectionRuleConfig: {path}: ")
+    assert reason in line and len(line) < 400

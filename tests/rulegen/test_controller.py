@@ -252,6 +252,39 @@ async def test_bad_update_is_rejected_and_the_last_good_rules_stay(running_contr
     assert controller.metrics.accepted._value.get() == 1
 
 
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        (
+            {"detections": {"ioCongestion": {"weight": 10**400}}},
+            "spec.detections.ioCongestion.weight: expected a finite number, got <integer of",
+        ),
+        (
+            {"detections": {"ioCongestion": {"weight": 1e308}}},
+            "spec.detections.ioCongestion.weight: must be <= 1000",
+        ),
+        ({"window": "9999999999s"}, "spec.window: '9999999999s' is out of range"),
+        ({"report": {"neutralScore": [["x" * 10_000] * 50]}}, "expected a number, got [["),
+    ],
+)
+async def test_hostile_numbers_are_rejected_with_a_short_reason(running_controller, spec, reason):
+    """Values the API server may hold (its schema is not the only writer) never crash the loop."""
+    cluster, controller = running_controller
+    await cluster.post(DRC_PATH, json=drc(GOOD))
+    good_hash = config_from_object(drc(GOOD)).config_hash()
+    await eventually(lambda: status(cluster).get("appliedRulesHash") == good_hash, what="applied")
+    rule_before = rule(cluster)
+
+    await cluster.patch(f"{DRC_PATH}/default", json={"metadata": {"generation": 2}, "spec": spec})
+    await eventually(lambda: status(cluster).get("observedGeneration") == 2, what="judged")
+    accepted = condition(cluster, "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "Rejected")
+    assert reason in accepted["message"] and len(accepted["message"]) < 500
+    assert rule(cluster) == rule_before
+    assert status(cluster)["appliedRulesHash"] == good_hash
+    assert controller.metrics.rejections._value.get() == 1
+
+
 async def test_failed_apply_is_reported_and_retried(running_controller):
     cluster, controller = running_controller
     cluster.failing.add("/prometheusrules/")

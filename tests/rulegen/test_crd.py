@@ -117,6 +117,22 @@ VALID = {
     "compound durations": obj({"window": "1m30s", "evaluationInterval": "15s"}),
     "window equal to interval": obj({"window": "5s", "evaluationInterval": "5s"}),
     "two matchers": obj({"alerts": {"exporterSelector": 'job="mco", namespace=~"mon.*"'}}),
+    "every number and duration at its bound": obj(
+        {
+            "window": "8760h",
+            "evaluationInterval": "8760h",
+            "detections": {
+                "cachePollution": {"weight": 1000},
+                "ioCongestion": {
+                    "weight": 0.001,
+                    "signals": {"blockIOLatencyP99Seconds": {"warn": 0, "critical": 1e12}},
+                },
+                "memoryPressure": {"fallback": {"pageScanRate": {"critical": 1e12}}},
+            },
+            "report": {"staleAfter": "525600m"},
+            "alerts": {"nodeInterferedFor": "31536000s"},
+        }
+    ),
 }
 
 INVALID = {
@@ -264,6 +280,42 @@ INVALID = {
         "2 is greater than the maximum of 1",
         "spec.hardConstraints.psiIOSomeMax: must be within [0, 1]",
     ),
+    "weight that overflows the level's sum": (
+        obj({"detections": {"ioCongestion": {"weight": 1.0e308}}}),
+        "1e+308 is greater than the maximum of 1000",
+        "spec.detections.ioCongestion.weight: must be <= 1000, got 1e+308",
+    ),
+    "weight that underflows": (
+        obj({"detections": {"ioCongestion": {"weight": 5e-324}}}),
+        "ioCongestion.weight: must be 0 or at least 0.001",
+        "spec.detections.ioCongestion.weight: must be 0 or at least 0.001",
+    ),
+    "threshold beyond 1e12": (
+        obj({"detections": {"memoryPressure": {"fallback": {"pageScanRate": {"critical": 1e13}}}}}),
+        "10000000000000.0 is greater than the maximum of 1000000000000.0",
+        "pageScanRate.critical: must be <= 1e+12, got 1e+13",
+    ),
+    "window beyond the bound": (
+        obj({"window": "8760h1s"}),
+        "window: must be a duration longer than 0s like 10s, 1m or 1h30m (whole hours, minutes "
+        "and seconds), at most 8760h",
+        "spec.window: '8760h1s' is out of range: at most 8760h",
+    ),
+    "interval that overflows Prometheus": (
+        obj({"window": "9999999999s", "evaluationInterval": "9999999999s"}),
+        "evaluationInterval: must be a duration",
+        "spec.evaluationInterval: '9999999999s' is out of range",
+    ),
+    "alert for that overflows Prometheus": (
+        obj({"alerts": {"nodeInterferedFor": "2562048h"}}),
+        "nodeInterferedFor: must be a duration",
+        "spec.alerts.nodeInterferedFor: '2562048h' is out of range",
+    ),
+    "staleAfter beyond the bound": (
+        obj({"report": {"staleAfter": "9000h"}}),
+        "staleAfter: must be a duration",
+        "spec.report.staleAfter: '9000h' is out of range: at most 8760h",
+    ),
     "alert level zero": (
         obj({"alerts": {"nodeInterferedLevel": 0}}),
         "nodeInterferedLevel: must be above 0",
@@ -339,4 +391,29 @@ def test_crd_and_model_agree_on_random_specs(
         "memoryAvailableRatio": {"warn": avail_warn, "critical": avail_critical}
     }
     body = obj(copy.deepcopy(spec))
+    assert (api_server_errors(CRD, body) == []) == model_accepts(body)
+
+
+@st.composite
+def durations(draw: st.DrawFn) -> str:
+    """h/m/s spellings from well inside to far beyond the 8760h bound (and Go's overflow)."""
+    text = ""
+    for unit, top in (("h", 10**7), ("m", 10**9), ("s", 10**11)):
+        if draw(st.booleans()):
+            n = draw(st.integers(0, 99) | st.integers(8000, 9000) | st.integers(0, top))
+            text += f"{n}{unit}"
+    return text or "1s"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(window=durations(), stale=durations(), interfered_for=durations())
+def test_crd_and_model_agree_on_durations_up_to_and_beyond_the_bound(window, stale, interfered_for):
+    body = obj(
+        {
+            "window": window,
+            "evaluationInterval": "1s",
+            "report": {"staleAfter": stale},
+            "alerts": {"nodeInterferedFor": interfered_for},
+        }
+    )
     assert (api_server_errors(CRD, body) == []) == model_accepts(body)

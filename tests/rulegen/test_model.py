@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rulegen import series
 from rulegen.durations import format_duration, parse_duration
@@ -15,6 +19,7 @@ from rulegen.model import (
     from_spec,
     load_config,
 )
+from rulegen.render import render_rules
 
 HEADER = "apiVersion: mco.io/v1alpha1\nkind: DetectionRuleConfig\nmetadata: {name: default}\n"
 
@@ -151,3 +156,182 @@ def test_example_config_in_docs_loads(tmp_path: Path):
     example = text[start : text.index("```", start)]
     config = load_config(example)
     assert config.weight("cpuContention") > 0
+
+
+# --- Hostile input: every number, duration and string is bounded, every error short ---------
+
+BOMB = (
+    HEADER
+    + "spec:\n"
+    + "  a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "tail"),
+    [("window", "  window: *a8\n"), ("weight", "  detections: {ioCongestion: {weight: *a8}}\n")],
+)
+def test_yaml_alias_bomb_is_refused_fast_with_a_short_message(where, tail):
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        load_config(BOMB + tail)
+    assert time.perf_counter() - start < 0.5, where
+    assert "aliases (*a0) are not allowed" in str(caught.value)
+    assert len(str(caught.value)) < 500
+
+
+def test_any_alias_is_refused_even_a_harmless_one():
+    with pytest.raises(ConfigError, match=r"aliases \(\*w\) are not allowed"):
+        load_config(HEADER + "spec:\n  window: &w 20s\n  evaluationInterval: *w\n")
+
+
+HUGE = "9" * 401
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        (f"{{detections: {{ioCongestion: {{weight: {HUGE}}}}}}}", "detections.ioCongestion.weight"),
+        (
+            f"{{detections: {{ioCongestion: {{weight: -{HUGE}}}}}}}",
+            "detections.ioCongestion.weight",
+        ),
+        (
+            f"{{detections: {{cachePollution: {{signals: {{llcMissRatio: {{warn: {HUGE}}}}}}}}}}}",
+            "detections.cachePollution.signals.llcMissRatio.warn",
+        ),
+        (f"{{hardConstraints: {{psiIOSomeMax: {HUGE}}}}}", "hardConstraints.psiIOSomeMax"),
+        (f"{{report: {{neutralScore: {HUGE}}}}}", "report.neutralScore"),
+        (f"{{alerts: {{nodeInterferedLevel: {HUGE}}}}}", "alerts.nodeInterferedLevel"),
+        ("{detections: {ioCongestion: {weight: .inf}}}", "detections.ioCongestion.weight"),
+        ("{report: {neutralScore: -.inf}}", "report.neutralScore"),
+        ("{hardConstraints: {psiIOSomeMax: .nan}}", "hardConstraints.psiIOSomeMax"),
+        ("{detections: {ioCongestion: {weight: 1.0e+400}}}", "detections.ioCongestion.weight"),
+    ],
+)
+def test_numbers_that_are_not_finite_floats_are_reasons_not_tracebacks(spec, path):
+    with pytest.raises(ConfigError) as caught:
+        load_config(HEADER + f"spec: {spec}\n")
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"spec.{path}: expected a finite number, got ")
+    assert "finite number" in problem
+    assert len(problem) < 200
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"detections": {"ioCongestion": {"weight": 1e308}}}, "weight: must be <= 1000"),
+        ({"detections": {"ioCongestion": {"weight": 1001}}}, "weight: must be <= 1000"),
+        ({"detections": {"ioCongestion": {"weight": 1e-9}}}, "must be 0 or at least 0.001"),
+        (
+            {
+                "detections": {
+                    "ioCongestion": {"signals": {"blockIOLatencyP95Seconds": {"critical": 2e12}}}
+                }
+            },
+            "blockIOLatencyP95Seconds.critical: must be <= 1e+12",
+        ),
+        (
+            {
+                "detections": {
+                    "cpuContention": {"signals": {"runqueueWaitRatio": {"critical": 1e300}}}
+                }
+            },
+            "runqueueWaitRatio.critical: must be <= 1e+12",
+        ),
+        ({"alerts": {"exporterSelector": 'job="' + "x" * 300 + '"'}}, "at most 256 characters"),
+        ({"alerts": {"runbookURL": "https://x/" + "y" * 600}}, "at most 512 characters"),
+    ],
+)
+def test_numbers_and_strings_are_bounded(spec, message):
+    with pytest.raises(ConfigError) as caught:
+        from_spec(spec)
+    assert message in str(caught.value)
+    assert len(str(caught.value)) < 400
+
+
+def test_numbers_at_the_bounds_are_accepted():
+    config = from_spec(
+        {
+            "detections": {
+                "cachePollution": {"weight": 1000},
+                "ioCongestion": {
+                    "weight": 0.001,
+                    "signals": {"blockIOLatencyP95Seconds": {"warn": 0, "critical": 1e12}},
+                },
+            }
+        }
+    )
+    assert config.weight("cachePollution") == 1000.0
+    assert config.threshold("blockIOLatencyP95Seconds").critical == 1e12
+
+
+def test_integer_literals_too_long_to_convert_are_refused_by_the_loader():
+    with pytest.raises(ConfigError, match="integer of 5000 characters") as caught:
+        load_config(HEADER + f"spec: {{detections: {{ioCongestion: {{weight: {'9' * 5000}}}}}}}\n")
+    assert len(str(caught.value)) < 500
+
+
+def test_files_larger_than_any_config_are_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text(HEADER + "spec: {}\n" + "#" * (2 << 20) + "\n")
+    with pytest.raises(ConfigError, match="at most 1048576"):
+        load_config(path)
+
+
+def test_a_huge_bad_string_is_echoed_cut_short():
+    with pytest.raises(ConfigError) as caught:
+        from_spec({"window": ["x" * 10_000_000] * 1000, "detections": "y" * 10_000_000})
+    assert len(str(caught.value)) < 600
+    assert "spec.window" in str(caught.value) and "spec.detections" in str(caught.value)
+
+
+def test_many_unknown_fields_make_a_bounded_message():
+    with pytest.raises(ConfigError) as caught:
+        from_spec({f"field{i}": i for i in range(100_000)})
+    assert len(caught.value.problems) == 21
+    assert caught.value.problems[-1] == "... and 99980 more problems"
+    assert len(str(caught.value)) < 10_000
+
+
+# Every kind of value a YAML or JSON document can hold, hostile ones first.
+LEAVES = st.one_of(
+    st.sampled_from([10**400, -(10**400), 10**5000, float("nan"), float("inf"), 1e308, -1e308]),
+    st.sampled_from([5e-324, 0, 1, -1, True, None, "", "9999999999s", "8760h", "1s", "x" * 5000]),
+    st.floats(),
+    st.integers(),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+
+
+def _leaf_paths(spec: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for key, value in spec.items():
+        path = (*prefix, key)
+        out += _leaf_paths(value, path) if isinstance(value, dict) else [path]
+    return out
+
+
+LEAF_PATHS = _leaf_paths(DetectionRuleConfig.default().to_spec())
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=st.lists(st.tuples(st.sampled_from(LEAF_PATHS), LEAVES), min_size=1, max_size=4))
+def test_any_value_in_any_field_is_a_config_or_a_short_config_error(changes):
+    """The class, not the examples: no value anywhere escapes as another exception."""
+    spec = DetectionRuleConfig.default().to_spec()
+    for path, value in changes:
+        node = spec
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+    try:
+        config = from_spec(spec)
+    except ConfigError as exc:
+        assert len(str(exc)) < 2000
+        return
+    render_rules(config)  # an accepted config always renders

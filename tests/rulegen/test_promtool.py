@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -137,3 +138,131 @@ def test_every_alert_links_to_its_own_runbook_section():
         anchor = url.partition("#")[2]
         assert anchor == rule["alert"].lower(), url
         assert anchor in anchors, f"{rule['alert']}: no '## {rule['alert']}' in docs/runbook.md"
+
+
+def test_rules_from_the_longest_durations_pass_promtool_check(tmp_path):
+    """8760h everywhere a duration goes (range selectors, interval, `for`) is what Prometheus
+    accepts; the model refuses anything longer (tests/rulegen/test_model.py)."""
+    config = from_spec(
+        {
+            "window": "8760h",
+            "evaluationInterval": "8760h",
+            "report": {"staleAfter": "8760h"},
+            "alerts": {"nodeInterferedFor": "8760h"},
+        }
+    )
+    path = tmp_path / "rules.yaml"
+    path.write_text(render_rules(config))
+    assert "[8760h]" in path.read_text() and "for: 8760h" in path.read_text()
+    assert_clean_check(path)
+
+
+BOUNDS_SPEC = {
+    "detections": {
+        # Heaviest weights: the level's sums must not overflow (1e308 made it 0).
+        "cachePollution": {"weight": 1000, "signals": {"llcMissRatio": {"warn": 0, "critical": 1}}},
+        "cpuContention": {
+            "weight": 1000,
+            "signals": {"runqueueWaitRatio": {"warn": 0, "critical": 1e12}},
+        },
+        # Lightest weights above 0: weight * index must not underflow.
+        "ioCongestion": {"weight": 0.001, "signals": {"psiIOSome": {"warn": 0, "critical": 1}}},
+        "memoryPressure": {
+            "weight": 0.001,
+            "signals": {"psiMemorySome": {"warn": 0, "critical": 1}},
+        },
+    }
+}
+
+
+def _series(name: str, node: str, values: str, **labels: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in {"node": node, **labels}.items())
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+INDEX = "node:mco_detection_index:ratio"
+
+
+def test_level_is_right_with_weights_and_thresholds_at_their_bounds(tmp_path):
+    # heavy: LLC ratio 25/100 -> index 0.25; run-queue wait 5e11 s/s on 1 CPU against a
+    # critical of 1e12 -> 0.5. light: PSI io some 0.25 -> 0.25; memory some 0.5 -> 0.5.
+    # Both levels: (w * 0.25 + w * 0.5) / (w + w) = 0.375.
+    suite = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1s",
+        "tests": [
+            {
+                "interval": "1s",
+                "input_series": [
+                    _series("mco_llc_references_total", "heavy", "0+100x30"),
+                    _series("mco_llc_misses_total", "heavy", "0+25x30"),
+                    _series("mco_runqueue_wait_seconds_total", "heavy", "0+500000000000x30"),
+                    _series("mco_cpu_online", "heavy", "1+0x30"),
+                    _series("mco_pressure_available", "light", "1+0x30"),
+                    _series(
+                        "mco_pressure_stalled_seconds_total",
+                        "light",
+                        "0+0.25x30",
+                        resource="io",
+                        kind="some",
+                    ),
+                    _series(
+                        "mco_pressure_stalled_seconds_total",
+                        "light",
+                        "0+0.5x30",
+                        resource="memory",
+                        kind="some",
+                    ),
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": "node:mco_detection_index:ratio",
+                        "eval_time": "20s",
+                        "exp_samples": [
+                            {
+                                "labels": f'{INDEX}{{node="{node}",detection="{det}"}}',
+                                "value": value,
+                            }
+                            for node, det, value in (
+                                ("heavy", "cache_pollution", 0.25),
+                                ("heavy", "cpu_contention", 0.5),
+                                ("light", "io_congestion", 0.25),
+                                ("light", "memory_pressure", 0.5),
+                            )
+                        ],
+                    },
+                    {
+                        "expr": "node:mco_interference_level:ratio",
+                        "eval_time": "20s",
+                        "exp_samples": [
+                            {
+                                "labels": 'node:mco_interference_level:ratio{node="heavy"}',
+                                "value": 0.375,
+                            },
+                            {
+                                "labels": 'node:mco_interference_level:ratio{node="light"}',
+                                "value": 0.375,
+                            },
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "bounds.test.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
+    config = from_spec(BOUNDS_SPEC)
+    (tmp_path / "rules.yaml").write_text(render_rules(config))
+    result = promtool("test", "rules", "bounds.test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    # Not vacuous: the weights the model now refuses (built here without it) break the level.
+    for weight in (1e308, 5e-324):
+        detections = {
+            k: dataclasses.replace(d, weight=weight) for k, d in config.detections.items()
+        }
+        (tmp_path / "rules.yaml").write_text(
+            render_rules(dataclasses.replace(config, detections=detections))
+        )
+        result = promtool("test", "rules", "bounds.test.yaml", cwd=tmp_path)
+        assert result.returncode != 0, weight
+        assert "interference_level" in result.stdout + result.stderr, weight
