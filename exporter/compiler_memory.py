@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from exporter.paths import read_text
+
 log = logging.getLogger("mco.exporter.compiler_memory")
 
 MADV_PAGEOUT: Final = 21
@@ -56,8 +58,7 @@ def release_compiler_memory(maps_path: str = "/proc/self/maps") -> int:
     if trim is not None:
         trim(0)
     try:
-        with open(maps_path) as f:
-            mappings = compiler_mappings(f.read())
+        mappings = compiler_mappings(read_text(maps_path))
     except OSError:
         return 0
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]

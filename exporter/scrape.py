@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import GaugeMetricFamily
 
 from exporter.errors import NoDataError, UnavailableError
+from exporter.paths import host_text
 from exporter.registry import CollectorConfig, CollectorSpec
 from mco import selfmetrics
 
@@ -48,8 +49,8 @@ class NodeCollector:
         node_name: str,
         kernel: str,
     ) -> None:
-        self._node_name = node_name
-        self._kernel = kernel
+        self._node_name = host_text(node_name)
+        self._kernel = host_text(kernel)
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         for spec in specs:
@@ -111,7 +112,7 @@ class NodeCollector:
                     if slot.last_problem is not None:
                         log.info("collector recovered", extra={"collector": slot.name})
                         slot.last_problem = None
-                yield from metrics
+                yield from _valid_labels(metrics)
             success.add_metric([slot.name], ok)
             duration.add_metric([slot.name], time.perf_counter() - start)
         yield success
@@ -133,3 +134,18 @@ class NodeCollector:
         for slot in self._slots:
             if slot.collector is not None:
                 slot.collector.close()
+
+
+def _valid_labels(metrics: Sequence[Metric]) -> Sequence[Metric]:
+    """``metrics`` with every label value valid UTF-8.
+
+    Label values can come from directory names (resctrl groups), which Python decodes with
+    lone surrogates for bytes that are not UTF-8; one such value would make the whole
+    exposition fail to encode, taking every collector's samples down with it.
+    """
+    for metric in metrics:
+        for i, sample in enumerate(metric.samples):
+            if not all(v.isascii() for v in sample.labels.values()):
+                labels = {k: host_text(v) for k, v in sample.labels.items()}
+                metric.samples[i] = sample._replace(labels=labels)
+    return metrics
