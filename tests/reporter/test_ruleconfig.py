@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,29 @@ async def test_reporter_writes_the_limits_of_an_edited_rule_config_without_a_res
         finally:
             term.cancel()
             await asyncio.gather(term, return_exceptions=True)
+
+
+async def test_hostile_file_edits_are_rejected_fast_and_the_last_good_one_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config_yaml(0.7))
+    source = RuleConfigSource(path=str(path))
+    source.load_initial()
+    bomb = "".join(
+        f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}' if i else 'x'] * 9)}]\n" for i in range(9)
+    )
+    head = "apiVersion: mco.io/v1alpha1\nkind: DetectionRuleConfig\nspec:\n"
+    for n, hostile in enumerate(
+        (
+            head + bomb + "  window: *a8\n",  # YAML alias bomb
+            head + "  detections: {ioCongestion: {weight: " + "9" * 401 + "}}\n",
+            head + "  window: 9999999999s\n",
+        ),
+        start=1,
+    ):
+        path.write_text(hostile)
+        os.utime(path, ns=(1, n * 10**18))
+        start = time.perf_counter()
+        assert (await source.current()).hard_constraints.psi_io_some_max == 0.7
+        assert time.perf_counter() - start < 0.5
