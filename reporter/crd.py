@@ -53,7 +53,7 @@ _HELP: Final[dict[str, str]] = {
 }
 _COUNTS: Final = frozenset({"ruleConfigGeneration", "nodeCount", "nodes", "unschedulable", "stale"})
 _TIMES: Final = frozenset({"sampleTime", "lastSyncTime", "lastTransitionTime"})
-_BOUNDS: Final[dict[str, tuple[float, float]]] = {
+BOUNDS: Final[dict[str, tuple[float, float]]] = {  # also what entries.py writes
     "level": (0, 1),
     "score": (0, 100),
     "index": (0, 1),
@@ -99,8 +99,8 @@ def _structural(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
         out["minimum"] = 0
     if name in _TIMES:
         out["format"] = "date-time"
-    if name in _BOUNDS:
-        out["minimum"], out["maximum"] = _BOUNDS[name]
+    if name in BOUNDS:
+        out["minimum"], out["maximum"] = BOUNDS[name]
     if path in _HELP:
         out["description"] = _HELP[path]
     elif name in _HELP and (name != "status" or path == "status"):

@@ -3,16 +3,18 @@ a new vector is worth a write.
 
 The entry holds PromQL's numbers as they are (no rounding): ``level`` and ``score`` are the
 recorded ``node:mco_interference_level:ratio`` and ``node:mco_schedule_score``; a detection
-appears only where its index exists; anything absent (or non-finite) is named in ``missing``,
-never written as zero.
+appears only where its index exists; anything absent, non-finite or outside the CRD's range
+(``normalize``) is named in ``missing``, never written as zero and never clamped.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Final
 
+from reporter.crd import BOUNDS
 from reporter.query import CONSTRAINT_SIGNALS, MISSING, Kind, Plan
 from reporter.schema import DetectionState, NodeEntry, Violation, parse_time
 from rulegen import series
@@ -29,6 +31,17 @@ CONTEXT_SCALES: Final[dict[str, float]] = {
 }
 
 _CONSTRAINT_LIMIT_KEYS: Final = {label: key for key, label in series.HARD_CONSTRAINTS.items()}
+
+# What a value may be and still be written (``normalize``): the CRD's bounds for the level,
+# the score and detection indices, 0 or 1 for the flags, any finite number otherwise. A value
+# outside is an engine fault and is marked missing, not clamped: a level of -5 clamped to 0, or
+# a score of 600 clamped to 100, would read as a quiet node.
+_FINITE: Final = (-sys.float_info.max, sys.float_info.max)
+_RANGES: Final[dict[Kind, tuple[float, float]]] = {
+    Kind.LEVEL: BOUNDS["level"],
+    Kind.SCORE: BOUNDS["score"],
+    Kind.INDEX: BOUNDS["index"],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,8 @@ class EntryBuilder:
                 self._tolerance.append((epsilon.level * 100, 0.0))
             else:
                 self._tolerance.append((epsilon.signal * _scale(slot.key, config), epsilon.signal))
+        self._ranges = [_RANGES.get(slot.kind, _FINITE) for slot in plan.slots]
+        self._flags = [i for i, slot in enumerate(plan.slots) if slot.is_bool]
         self._signal_slots = [(i, s.key) for i, s in enumerate(plan.slots) if s.kind is Kind.SIGNAL]
         self._slots = list(enumerate(plan.slots))
 
@@ -88,9 +103,16 @@ class EntryBuilder:
         return lo, hi
 
     def normalize(self, vector: list[float]) -> None:
-        """Non-finite values (an engine that ignored the query's filter) become MISSING."""
-        for i, x in enumerate(vector):
-            if x != MISSING and not math.isfinite(x):
+        """Values that cannot be written become MISSING: non-finite ones (an engine that ignored
+        the query's filter) and those outside their slot's range (``_RANGES``). ``build``
+        expects a normalized vector."""
+        for i, (lo, hi) in enumerate(self._ranges):
+            x = vector[i]
+            if x != MISSING and not lo <= x <= hi:  # NaN fails the comparison too
+                vector[i] = MISSING
+        for i in self._flags:
+            x = vector[i]
+            if x != 0.0 and x != 1.0:
                 vector[i] = MISSING
 
     def build(self, vector: list[float], sample_time: str, *, live: bool) -> NodeEntry:

@@ -31,6 +31,9 @@ KIND: Final = "NodeInterferenceReport"
 PLURAL: Final = "nodeinterferencereports"
 CLUSTER_REPORT_NAME: Final = "cluster"
 LAYOUT_LABEL: Final = "mco.io/layout"
+# Seconds a sample time may be ahead of the reader's or writer's clock (clock skew between the
+# hosts) and still be believed; a time further ahead is an error, never "fresh until then".
+MAX_CLOCK_SKEW: Final = 60.0
 Layout = Literal["cluster", "per-node"]
 
 
@@ -155,10 +158,13 @@ def encode(obj: object) -> bytes:
 
 
 def format_time(unix: float) -> str:
-    """RFC 3339 in UTC with milliseconds (Prometheus sample times are milliseconds)."""
-    return (
-        datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+    """RFC 3339 in UTC with milliseconds (Prometheus sample times are milliseconds).
+    ValueError for what is not a time RFC 3339 can spell (NaN, ±inf, past year 9999)."""
+    try:
+        moment = datetime.fromtimestamp(unix, UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise ValueError(f"not a time: {unix!r}") from exc
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_time(text: str | None) -> float:

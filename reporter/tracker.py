@@ -10,10 +10,14 @@ The dangerous failure is an error that looks like a quiet node. So:
 * A node without a fresh sample (absent from the answer, or its newest sample older than
   ``live_within``) loses ``live`` and keeps the time of its last sample, so it ages on its own;
   once that is older than ``stale_after`` it is removed.
+* A sample time that is not a number or lies ahead of this clock by more than
+  ``MAX_CLOCK_SKEW`` is an engine fault: the node counts as without a fresh sample (never live
+  "until then"), and the ``Synced`` condition names it with the reason.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from operator import le
@@ -25,6 +29,7 @@ from reporter.entries import EntryBuilder
 from reporter.promql import SourceError
 from reporter.query import MISSING, Snapshot
 from reporter.schema import (
+    MAX_CLOCK_SKEW,
     Condition,
     NodeEntry,
     ReportSummary,
@@ -37,6 +42,8 @@ from rulegen import series
 
 SOURCE_REACHABLE: Final = "SourceReachable"
 SYNCED: Final = "Synced"
+_NAMED: Final = 5  # nodes a condition message names; more are counted
+log = logging.getLogger("mco.reporter")
 
 
 @dataclass(slots=True)
@@ -96,6 +103,7 @@ class Tracker:
         self._at = 0.0
         self._summary: ReportSummary | None = None  # of the entries; None: to compute again
         self._stale = 0
+        self._unusable = ""  # the last message about unusable sample times
 
     # -----------------------------------------------------------------------------------------
 
@@ -111,10 +119,16 @@ class Tracker:
         t_slot = builder.plan.time_slot
         refresh = self.refresh_after
         seen: set[str] = set()
+        unusable: dict[str, str] = {}
+        horizon, ahead = at - self.stale_after, at + MAX_CLOCK_SKEW
         for node, vector in snap.vectors.items():
             ts = vector[t_slot]
-            if ts == MISSING or at - ts > self.stale_after:
-                continue  # no usable sample: handled below as absent
+            if not horizon <= ts <= ahead:
+                # No usable sample: handled below as absent. Absent (MISSING) or too old is
+                # ordinary; NaN, or a time ahead of this clock, is a fault worth naming.
+                if ts != MISSING and not ts < horizon:
+                    unusable[node] = "in the future" if ts > at else "not a number"
+                continue
             seen.add(node)
             self.last_seen[node] = ts
             live = at - ts <= self.live_within
@@ -139,7 +153,7 @@ class Tracker:
             if node in seen:
                 continue
             last = self.last_seen.get(node, -math.inf)
-            if at - last > self.stale_after:
+            if at - last > self.stale_after or last > ahead:  # too old, or dated ahead
                 del entries[node]
                 basis_of.pop(node, None)
                 self.last_seen.pop(node, None)
@@ -160,13 +174,17 @@ class Tracker:
         generations = [i.generation for i in infos if i.generation is not None]
         self.generation = max(generations) if generations else self.generation
         self._set(SOURCE_REACHABLE, "True", "QuerySucceeded", "", at)
+        note = self._note_unusable(unusable)
         if not infos:
             self._set(
                 SYNCED,
                 "False",
                 "RulesNotLoaded",
-                f"{series.RULE_CONFIG_INFO} is absent at the source: MCO's recording rules "
-                "are not evaluated there, so nodes have no data",
+                _join(
+                    f"{series.RULE_CONFIG_INFO} is absent at the source: MCO's recording rules "
+                    "are not evaluated there, so nodes have no data",
+                    note,
+                ),
                 at,
             )
         else:
@@ -179,11 +197,30 @@ class Tracker:
                     f"the source evaluates DetectionRuleConfig hash {','.join(hashes)}; this "
                     f"reporter uses {own} for staleAfter and the hard-constraint limits"
                 )
-            self._set(SYNCED, "True", "UpToDate", message, at)
+            self._set(SYNCED, "True", "UpToDate", _join(message, note), at)
         result.changed = len(changed)
         if changed:
             self._summary = None
         return self._finish(result, at)
+
+    def _note_unusable(self, unusable: dict[str, str]) -> str:
+        """The condition message about nodes whose sample time was unusable (stable while the
+        fault lasts, so it costs no write per cycle); logged when it changes."""
+        note = ""
+        if unusable:
+            names = sorted(unusable)
+            listed = ", ".join(f"{n} ({unusable[n]})" for n in names[:_NAMED])
+            more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+            note = (
+                f"unusable sample times (not a number, or more than {MAX_CLOCK_SKEW:g}s ahead "
+                f"of the reporter's clock) on {len(names)} node(s), which count as without a "
+                f"fresh sample: {listed}{more}"
+            )
+        if note != self._unusable:
+            self._unusable = note
+            if note:
+                log.warning("unusable sample times", extra={"err": note})
+        return note
 
     def fail(self, error: SourceError, at: float) -> CycleResult:
         """A source error: only the conditions change."""
@@ -282,7 +319,8 @@ class Tracker:
 
     def seed(self, entries: dict[str, NodeEntry]) -> None:
         """Start from what a sink found already written (a restart, a new leader): unchanged
-        nodes are then not rewritten. Only used before the first cycle."""
+        nodes are then not rewritten. Only used before the first cycle. (An entry dated ahead
+        of the clock is removed by the first sync that does not vouch for it.)"""
         if self.entries:
             return
         self._summary = None
@@ -295,7 +333,14 @@ class Tracker:
             self.last_seen[node] = sampled
             vector = builder.vector_of(entry)
             # Only an entry this reporter would write from the same values is kept as is; one
-            # written under another config (limits) or --compact setting is rebuilt next sync.
-            if builder.build(list(vector), entry.sample_time, live=entry.live) == entry:
+            # written under another config (limits) or --compact setting, or holding a value
+            # it would not write, is rebuilt next sync.
+            normalized = list(vector)
+            builder.normalize(normalized)
+            if builder.build(normalized, entry.sample_time, live=entry.live) == entry:
                 lo, hi = builder.bounds(vector)
                 self._basis[node] = _Basis(lo, hi, sampled)
+
+
+def _join(*messages: str) -> str:
+    return "; ".join(m for m in messages if m)

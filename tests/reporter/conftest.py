@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -47,11 +48,21 @@ def _date_time(value: object) -> bool:
     return not isinstance(value, str) or bool(_RFC3339.match(value))
 
 
+@functools.cache
+def _validator() -> Any:
+    schema = crd_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=FORMATS)
+
+
 def validate_object(obj: Any) -> None:
     """Raise when ``obj`` would be rejected by the CRD's schema (JSON round trip first, as an
     API server sees it)."""
     data = json.loads(json.dumps(obj))
-    jsonschema.validate(data, crd_schema(), format_checker=FORMATS)
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    if error is not None:
+        raise error
 
 
 def write_kubeconfig(path: Path, url: str) -> Path:
