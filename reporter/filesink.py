@@ -3,7 +3,8 @@
 Cluster layout: one NodeInterferenceReport. Per-node layout: a Kubernetes ``List`` (``apiVersion:
 v1, kind: List, items: [...]``) holding the ``cluster`` object first, then one object per node.
 A file is replaced atomically (a temporary file in the same directory, fsync, rename), so a
-reader sees the old version or the new one, never half of one. ``-`` writes one JSON document
+reader sees the old version or the new one, never half of one. A writer killed mid-write leaves
+its temporary behind; ``load`` (the sink's start) removes those. ``-`` writes one JSON document
 per line to stdout.
 
 The file is rewritten whole anyway, so live entries carry the time of their node's newest
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -50,6 +52,7 @@ class FileSink:
         is none or it is not a report."""
         if self.target == "-":
             return {}
+        remove_temporaries(Path(self.target))
         try:
             data = Path(self.target).read_bytes()
         except FileNotFoundError:
@@ -124,9 +127,15 @@ class FileSink:
         return result
 
 
+def _temporary(path: Path) -> tuple[str, str]:
+    """(prefix, suffix) of ``write_atomically``'s temporaries for ``path``."""
+    return f".{path.name}.", ".tmp"
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    prefix, suffix = _temporary(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -138,3 +147,37 @@ def write_atomically(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def remove_temporaries(path: Path) -> int:
+    """Remove the temporaries a killed ``write_atomically`` left next to ``path``: regular files
+    named exactly as it names them (``.<name>.<8 random characters>.tmp``), nothing else.
+    Returns how many; a directory that cannot be listed or a file that cannot be removed is
+    logged, not fatal (the write that follows reports what matters)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    prefix, suffix = _temporary(path)
+    # mkstemp's random part: 8 characters of [a-z0-9_].
+    own = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}" + re.escape(suffix))
+    removed = 0
+    try:
+        with os.scandir(directory) as entries:
+            stale = [
+                e.path
+                for e in entries
+                if own.fullmatch(e.name) and e.is_file(follow_symlinks=False)
+            ]
+    except OSError as exc:
+        log.warning("cannot look for stale temporaries", extra={"err": str(exc)})
+        return 0
+    for name in stale:
+        try:
+            os.unlink(name)
+            removed += 1
+        except OSError as exc:
+            log.warning("cannot remove a stale temporary", extra={"err": str(exc)})
+    if removed:
+        log.info(
+            "removed temporaries of an interrupted write",
+            extra={"count": removed, "dir": str(directory)},
+        )
+    return removed

@@ -4,12 +4,18 @@ extender's decoder reads both; a restart keeps the entries the file holds."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from reporter.cli import build_parser, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
@@ -17,7 +23,9 @@ from reporter.query import Kind, Plan
 from reporter.schema import decode_reports, entry_time, heartbeat_of, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
+from scripts.generate import ROOT
 from tests.reporter.conftest import validate_object
+from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import T0, quiet_values, snapshot
 
 PLAN = Plan(compact=False)
@@ -152,3 +160,83 @@ async def test_unwritable_target_is_a_failed_result_not_an_exception(tmp_path: P
     assert result.delivered and result.writes == {"write": 1}
     assert result.bytes == (tmp_path / "report.json").stat().st_size
     assert result.layout == "cluster" and result.object_bytes == result.bytes
+
+
+def _sink_temporary(directory: Path, name: str) -> Path:
+    """A temporary named exactly as the sink names its own (mkstemp, same prefix and suffix)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.write(fd, b'{"apiVersion": "mco.io/v1alpha1", "status": {"nodes": {"a"')  # cut short
+    os.close(fd)
+    return Path(tmp)
+
+
+async def test_start_removes_stale_temporaries_of_its_own_file_only(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    stale = [_sink_temporary(tmp_path, "report.json") for _ in range(3)]
+    keep = [
+        _sink_temporary(tmp_path, "other.json"),  # another sink's file
+        tmp_path / "report.json.tmp",  # not the pattern
+        tmp_path / ".report.json.abc.tmp",  # wrong random part
+        tmp_path / ".report.json.abcdefgh.tmp.bak",
+        tmp_path / "sub" / ".report.json.abcdefgh.tmp",  # not next to the output file
+    ]
+    for path in keep[1:]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("keep")
+    directory = tmp_path / ".report.json.dir_abcd.tmp"  # the pattern, but a directory
+    directory.mkdir()
+    outside = tmp_path / "sub" / "target"
+    outside.write_text("keep")
+    link = tmp_path / ".report.json.link_abc.tmp"  # the pattern, but a symlink
+    link.symlink_to(outside)
+    sink = FileSink(str(target), LayoutChooser("cluster"))
+    assert await sink.load() == {}
+    assert not [p for p in stale if p.exists()]
+    assert all(p.exists() for p in [*keep, directory, outside]) and link.is_symlink()
+    t = tracker()
+    t.apply(snapshot(PLAN, fleet(2), T0))
+    assert (await sink.write(t.view())).delivered  # and the sink writes as usual afterwards
+    assert sorted(p.name for p in tmp_path.glob(".report.json.*.tmp")) == sorted(
+        [keep[2].name, directory.name, link.name]
+    )
+
+
+@pytest.mark.slow
+async def test_a_writer_killed_mid_write_leaves_nothing_after_a_restart(tmp_path: Path) -> None:
+    """A real process SIGKILLed inside write_atomically (held in fsync) leaves its temporary;
+    the next mco-reporter start removes it and writes a valid report."""
+    target = tmp_path / "report.json"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time\n"
+            "from pathlib import Path\n"
+            "from reporter import filesink\n"
+            "def hang(fd):\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n"
+            "os.fsync = hang\n"
+            f"filesink.write_atomically(Path({str(target)!r}), b'x' * 100000)\n",
+        ],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"writing\n"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    (left,) = tmp_path.glob(".report.json.*.tmp")
+    assert left.stat().st_size > 0 and not target.exists()
+    async with fake_prometheus() as prom:
+        prom.nodes = fleet(2)
+        args = build_parser().parse_args(
+            ["--once", f"--prometheus-url={prom.url}", f"--output={target}"]
+        )
+        assert await run(args) == 0
+    assert list(tmp_path.iterdir()) == [target]
+    validate_object(json.loads(target.read_text()))
