@@ -3,19 +3,21 @@
 
 Every failure becomes a ``SourceError`` with a ``kind`` (for metrics) and a message that is safe
 to log and to write into the report: it names the URL without credentials and never carries a
-token, a password or a header value.
+token, a password or a header value, even when the engine (or a proxy in front of it) echoes
+them in its answer: every message passes ``PromQLClient.redact`` and is bounded in size.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import re
 import ssl
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import aiohttp
 import msgspec
@@ -39,6 +41,23 @@ UNREACHABLE: Final = "source_unreachable"
 TIMEOUT: Final = "source_timeout"
 QUERY_FAILED: Final = "source_error"
 BAD_ANSWER: Final = "source_bad_answer"
+
+
+REDACTED: Final = "[redacted]"
+MAX_MESSAGE: Final = 300  # characters of a SourceError message (it lands in the report)
+# Credentials an echo may spell whatever their value: an Authorization header (as text, JSON or
+# Go's map printing), an auth scheme and its credential, user info in a URL.
+_ECHOED: Final = (
+    (
+        re.compile(r"(?i)\b((?:proxy-)?authorization)(\W{0,3}?[:=]\W{0,3})[^\r\n\"',;}\]]*"),
+        rf"\1\2{REDACTED}",
+    ),
+    (
+        re.compile(r"(?i)\b(bearer|basic|digest)(\s+)[A-Za-z0-9._~+/=-]{8,}"),
+        rf"\1\2{REDACTED}",
+    ),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@\"']*@"), rf"\1{REDACTED}@"),
+)
 
 
 class SourceError(Exception):
@@ -103,6 +122,11 @@ class _Secret:
         self.path = path
         self._stamp: tuple[int, int] | None = None
         self._value = ""
+
+    @property
+    def cached(self) -> str:
+        """The value last read (what was sent), without touching the file."""
+        return self._value
 
     def value(self) -> str:
         try:
@@ -196,6 +220,20 @@ class PromQLClient:
             return {"Authorization": f"Basic {pair}"}
         return {}
 
+    def _excerpt(self, body: bytes) -> str:
+        """The start of a body that is not an answer (a proxy's page), redacted *before* it is
+        cut, so a credential across the cut cannot leave a readable prefix."""
+        text = self.redact_all(body[:4096].decode("utf-8", "replace"))
+        return text[:200].strip() or "(empty body)"
+
+    def redact_all(self, text: str) -> str:
+        """``redact`` without the size bound."""
+        for pattern, replacement in _ECHOED:
+            text = pattern.sub(replacement, text)
+        for secret in self._secrets():
+            text = text.replace(secret, REDACTED)
+        return text
+
     def _decoder(self, sample: type[T]) -> msgspec.json.Decoder[Answer[T]]:
         decoder = self._decoders.get(sample)
         if decoder is None:
@@ -205,14 +243,45 @@ class PromQLClient:
             self._decoders[sample] = decoder
         return decoder
 
+    def _secrets(self) -> list[str]:
+        """Every credential this client sends or was configured with, as text an echo could
+        hold (plain, URL-encoded, and the basic-auth pair both ways); longest first."""
+        values = [v for v in self.config.headers.values()]
+        values += [v for _, v in parse_qsl(urlsplit(self.config.url).query)]
+        if self._token is not None:
+            values.append(self._token.cached)
+        if self._basic_user is not None:
+            password = self._password.cached if self._password else (self._url_password or "")
+            pair = f"{self._basic_user}:{password}"
+            values += [password, pair, base64.b64encode(pair.encode()).decode()]
+        values += [quote(v, safe="") for v in values]
+        return sorted({v for v in values if v}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        """``text`` without any credential of this client, nor what looks like one (an
+        Authorization header, a scheme's credential, user info in a URL); at most
+        ``MAX_MESSAGE`` characters."""
+        text = self.redact_all(text)
+        return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
     async def query(
         self, expr: str, at: float, sample: type[T], loose: type[T] | None = None
     ) -> tuple[list[T], int]:
         """The instant vector of ``expr`` at Unix time ``at``, decoded as ``sample`` structs,
-        and the size of the answer in bytes. Raises SourceError.
+        and the size of the answer in bytes. Raises SourceError, its message redacted.
 
         ``sample`` may be strict (label values from a closed set, decoded without allocating);
         when the answer does not fit it, ``loose`` (plain strings) is tried before giving up."""
+        try:
+            return await self._query(expr, at, sample, loose)
+        except SourceError as exc:
+            exc.message = self.redact(exc.message)
+            exc.args = (exc.message,)
+            raise
+
+    async def _query(
+        self, expr: str, at: float, sample: type[T], loose: type[T] | None
+    ) -> tuple[list[T], int]:
         if self._session is None:
             raise RuntimeError("PromQLClient used outside `async with`")
         form = {"query": expr, "time": f"{at:.3f}"}
@@ -241,7 +310,7 @@ class PromQLClient:
         except msgspec.DecodeError as exc:
             if status != 200:
                 raise SourceError(
-                    QUERY_FAILED, f"{self.where} answered HTTP {status}: {_excerpt(body)}"
+                    QUERY_FAILED, f"{self.where} answered HTTP {status}: {self._excerpt(body)}"
                 ) from exc
             raise SourceError(BAD_ANSWER, f"{self.where} sent an invalid answer: {exc}") from exc
         if answer.status != "success" or answer.data is None:
@@ -281,9 +350,4 @@ def inflate(body: bytes, encoding: str, where: str) -> bytes:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text[:300]
-
-
-def _excerpt(body: bytes) -> str:
-    return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+    return str(exc) or type(exc).__name__  # bounded by redact(), after redaction

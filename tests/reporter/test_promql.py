@@ -4,8 +4,10 @@ Secrets must never appear in an error message (they end up in logs and in the re
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,6 +19,8 @@ import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from mco.logs import LogfmtFormatter
+from reporter.cli import build_parser, run
 from reporter.promql import (
     BAD_ANSWER,
     QUERY_FAILED,
@@ -314,3 +318,103 @@ async def test_bad_compressed_answers_are_bad_answers(server, payload, encoding,
         with pytest.raises(SourceError, match=match) as caught:
             await client.query("up", T0, dict)
     assert caught.value.kind == BAD_ANSWER
+
+
+TOKEN = "tok-SECRET-1234567890"
+PASSWORD = "PASS-SECRET-pa55"
+
+
+def _echo(kind: str) -> Handler:
+    """A Prometheus (or a proxy) that refuses with 401 and echoes the credentials it got, in
+    the shapes servers do: the header line, JSON, Go's map printing, the decoded pair, a URL
+    with user info, and a credential it was not sent (a cached one)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        scheme, _, credential = auth.partition(" ")
+        decoded = base64.b64decode(credential).decode() if scheme == "Basic" else credential
+        user, _, password = decoded.partition(":")
+        echo = (
+            f"denied: Authorization: {auth}\n"
+            f"headers map[Accept:[*/*] Authorization:[{auth}]]\n"
+            f"credential {credential} decoded {decoded}, password {password or decoded}\n"
+            f"upstream http://{user or 'x'}:{password or decoded}@prom.internal:9090/api\n"
+            f"cached Bearer someone-elses-token-0123456789"
+        )
+        if kind == "text":
+            return web.Response(status=401, text=echo)
+        body = {"status": "error", "errorType": "unauthorized", "error": echo}
+        return web.json_response(body, status=401)
+
+    return handler
+
+
+@pytest.mark.parametrize("kind", ["text", "json"])
+@pytest.mark.parametrize("auth", ["bearer", "basic-file", "basic-url"])
+async def test_echoed_credentials_reach_neither_logs_nor_the_report(
+    server, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys, kind: str, auth: str
+) -> None:
+    """The real reporter, one cycle against an engine that echoes what it was sent: neither
+    the log records (with their structured fields), stderr nor the written condition hold the
+    token, the password, the basic-auth pair (plain or base64) or any Authorization value."""
+    srv = await server(_echo(kind))
+    (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "password").write_text(PASSWORD)
+    url = url_of(srv)
+    flags = {
+        "bearer": [f"--prometheus-bearer-token-file={tmp_path / 'token'}"],
+        "basic-file": [
+            "--prometheus-basic-auth-user=mco",
+            f"--prometheus-basic-auth-password-file={tmp_path / 'password'}",
+        ],
+        "basic-url": [],
+    }[auth]
+    if auth == "basic-url":
+        url = url.replace("http://", f"http://mco:{PASSWORD}@")
+    out = tmp_path / "report.json"
+    caplog.set_level(logging.DEBUG)
+    args = build_parser().parse_args(
+        ["--once", f"--prometheus-url={url}", f"--output={out}", *flags]
+    )
+    assert await run(args) == 1
+    reachable = next(
+        c
+        for c in json.loads(out.read_text())["status"]["conditions"]
+        if c["type"] == "SourceReachable"
+    )
+    assert reachable["status"] == "False" and "HTTP 401" in reachable["message"]
+    assert "[redacted]" in reachable["message"]
+    logs = "\n".join(LogfmtFormatter().format(r) for r in caplog.records)
+    assert "PromQL source failed" in logs
+    pair = f"mco:{PASSWORD}"
+    secrets = [TOKEN, PASSWORD, pair, base64.b64encode(pair.encode()).decode()]
+    secrets += ["someone-elses-token", "Basic bWNv", f"Bearer {TOKEN[:4]}"]
+    for where, text in (
+        ("condition", reachable["message"]),
+        ("logs", logs),
+        ("stderr", capsys.readouterr().err),
+        ("file", out.read_text()),
+    ):
+        for secret in secrets:
+            assert secret not in text, (where, secret)
+
+
+async def test_a_credential_across_the_excerpt_cut_leaves_no_prefix(server, tmp_path) -> None:
+    """The excerpt of a body is cut at 200 characters: redaction comes first, so a credential
+    straddling the cut does not leave a readable start; long engine errors are bounded."""
+    (tmp_path / "token").write_text(TOKEN)
+
+    async def straddle(request: web.Request) -> web.Response:
+        return web.Response(status=403, text="x" * 190 + TOKEN + " y" * 50)
+
+    async def long_error(request: web.Request) -> web.Response:
+        body = {"status": "error", "errorType": "internal", "error": "e" * 100_000 + TOKEN}
+        return web.json_response(body, status=500)
+
+    for handler in (straddle, long_error):
+        srv = await server(handler)
+        cfg = SourceConfig(url_of(srv), bearer_token_file=str(tmp_path / "token"))
+        async with PromQLClient(cfg) as client:
+            with pytest.raises(SourceError) as err:
+                await client.query("up", T0, dict)
+        assert TOKEN[:6] not in err.value.message and len(err.value.message) <= 300
