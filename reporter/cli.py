@@ -39,7 +39,13 @@ from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
-from reporter.promql import PromQLClient, SourceConfig, safe_url
+from reporter.promql import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    PromQLClient,
+    SourceConfig,
+    mmap_large_buffers,
+    safe_url,
+)
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.sink import Sink
@@ -85,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="ask for gzip answers (fewer bytes on the wire, more CPU)",
+    )
+    src.add_argument(
+        "--prometheus-max-answer-bytes",
+        type=size,
+        default=DEFAULT_MAX_ANSWER_BYTES,
+        metavar="SIZE",
+        help="answer bytes held in memory at once, all queries together, raw and inflated; "
+        "more is refused (default 48Mi: fits the chart's 256Mi limit)",
     )
     rep = p.add_argument_group("report")
     rep.add_argument("--interval", type=duration, default=1.0, metavar="DURATION")
@@ -150,6 +164,7 @@ def source_config(args: argparse.Namespace) -> SourceConfig:
         insecure_skip_verify=args.prometheus_insecure_skip_verify,
         headers=dict(args.prometheus_header),
         compression=args.prometheus_compression,
+        max_answer_bytes=args.prometheus_max_answer_bytes,
     )
 
 
@@ -282,6 +297,7 @@ async def _until_stopped(work: Coroutine[Any, Any, None]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, args.log_format)
+    mmap_large_buffers()  # so the answer budget's bound holds for resident memory
     try:
         return asyncio.run(run(args))
     except KeyboardInterrupt:

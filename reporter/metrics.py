@@ -101,7 +101,13 @@ class ReporterMetrics:
             "1 when the source's rules encode another DetectionRuleConfig than this reporter's.",
             registry=r,
         )
-        for kind in ("source_unreachable", "source_timeout", "source_error", "source_bad_answer"):
+        for kind in (
+            "source_unreachable",
+            "source_timeout",
+            "source_error",
+            "source_bad_answer",
+            "source_too_large",
+        ):
             self.errors.labels(kind)
         for verb in ("create", "patch", "delete"):
             self.api_writes.labels(verb)

@@ -231,6 +231,7 @@ class Tracker:
             "source_timeout": "Timeout",
             "source_error": "QueryFailed",
             "source_bad_answer": "InvalidAnswer",
+            "source_too_large": "AnswerTooLarge",
         }.get(error.kind, "Failed")
         self._set(SOURCE_REACHABLE, "False", reason, error.message, at)
         self._set(

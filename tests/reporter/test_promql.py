@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import functools
 import gzip
 import json
 import logging
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,17 +24,21 @@ from aiohttp.test_utils import TestServer
 
 from mco.logs import LogfmtFormatter
 from reporter.cli import build_parser, run
+from reporter.entries import EntryBuilder, Epsilon
 from reporter.promql import (
     BAD_ANSWER,
     QUERY_FAILED,
     TIMEOUT,
+    TOO_LARGE,
     UNREACHABLE,
     PromQLClient,
     SourceConfig,
     SourceError,
     safe_url,
 )
-from reporter.query import Kind, Plan, fetch
+from reporter.query import Kind, Plan, TaggedSample, fetch
+from reporter.tracker import Tracker
+from rulegen.model import DetectionRuleConfig
 from scripts.procs import free_port
 from tests.reporter.helpers import T0, answers, ok, quiet_values, slot_of
 
@@ -418,3 +425,141 @@ async def test_a_credential_across_the_excerpt_cut_leaves_no_prefix(server, tmp_
             with pytest.raises(SourceError) as err:
                 await client.query("up", T0, dict)
         assert TOKEN[:6] not in err.value.message and len(err.value.message) <= 300
+
+
+BUDGET = 1 << 20  # a small --prometheus-max-answer-bytes, so the tests move little data
+
+
+@functools.cache
+def _bomb(inflated: int) -> bytes:
+    """A gzip stream of ``inflated`` zero bytes (a thousandth of that on the wire)."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b"\0" * (1 << 20)
+    parts = [z.compress(chunk) for _ in range(inflated >> 20)]
+    return b"".join([*parts, z.flush()])
+
+
+def _answer_of(size: int) -> bytes:
+    """A valid answer of about ``size`` bytes (one sample and padding whitespace)."""
+    head = json.dumps(ok([{"metric": {"node": "n1"}, "value": [T0, "0.25"]}])).encode()
+    return head[:-1] + b" " * max(0, size - len(head)) + b"}"
+
+
+async def _stream(request: web.Request, body: bytes, encoding: str = "") -> web.StreamResponse:
+    """``body`` in 64 KiB chunks without a Content-Length (chunked): the client cannot refuse
+    it up front and must count what arrives."""
+    resp = web.StreamResponse(headers={"Content-Encoding": encoding} if encoding else {})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    with contextlib.suppress(ConnectionError):
+        for i in range(0, len(body), 1 << 16):
+            await resp.write(body[i : i + (1 << 16)])
+    return resp
+
+
+@pytest.mark.parametrize(
+    "shape", ["declared", "chunked", "gzip-bomb", "gzip-chunked-bomb", "deflate-bomb"]
+)
+async def test_answers_over_the_budget_are_refused_and_the_budget_comes_back(
+    server, shape: str
+) -> None:
+    """Whatever the shape (a declared length, a chunked stream, a gzip or deflate bomb), an
+    answer over --prometheus-max-answer-bytes is refused with its own kind and a message that
+    names the flag; nothing stays counted, and the next answer is read normally."""
+    big = b" " * (3 * BUDGET)
+    bomb = _bomb(16 * BUDGET) if "bomb" in shape else b""
+    calls = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return web.Response(body=_answer_of(BUDGET // 2), content_type="application/json")
+        if shape == "declared":
+            return web.Response(body=big, content_type="application/json")
+        if shape == "chunked":
+            return await _stream(request, big)
+        if shape == "gzip-bomb":
+            return web.Response(body=bomb, headers={"Content-Encoding": "gzip"})
+        if shape == "deflate-bomb":
+            deflated = zlib.compress(b"\0" * (8 * BUDGET))
+            return web.Response(body=deflated, headers={"Content-Encoding": "deflate"})
+        return await _stream(request, bomb, "gzip")
+
+    srv = await server(handler)
+    cfg = SourceConfig(url_of(srv), max_answer_bytes=BUDGET)
+    async with PromQLClient(cfg) as client:
+        with pytest.raises(SourceError) as err:
+            await client.query("up", T0, dict)
+        assert err.value.kind == TOO_LARGE
+        assert "1 MiB" in err.value.message and "--prometheus-max-answer-bytes" in err.value.message
+        assert client._budget.used == 0
+        result, _ = await client.query("up", T0, dict)
+        assert result == [{"metric": {"node": "n1"}, "value": [T0, "0.25"]}]
+        assert client._budget.used == 0
+
+
+async def test_the_budget_is_shared_by_concurrent_queries(server) -> None:
+    """Three answers of 40 % of the budget each, in flight together: not all of them can be
+    held, so one is refused (the cycle fails: AnswerTooLarge in SourceReachable), the others
+    are read, and nothing stays counted."""
+    plan = Plan(compact=False)
+    started, release = asyncio.Event(), asyncio.Event()
+    arrived = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 3:
+            started.set()
+        await started.wait()  # all three answers are on their way at once
+        body = _answer_of(BUDGET * 2 // 5)
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            await resp.write(body[:-1])
+            # No answer ends before the client gave up: all three are held at once.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(release.wait(), 10)
+            await resp.write(body[-1:])
+        return resp
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv), max_answer_bytes=BUDGET)) as client:
+
+        async def one(expr: str) -> object:
+            try:
+                return await client.query(expr, T0, dict)
+            except SourceError:
+                release.set()  # the others may end now
+                raise
+
+        outcomes = await asyncio.gather(*map(one, plan.exprs), return_exceptions=True)
+        errors = [o for o in outcomes if isinstance(o, SourceError)]
+        assert 1 <= len(errors) < 3 and {e.kind for e in errors} == {TOO_LARGE}
+        assert client._budget.used == 0
+        assert client._budget.available() == BUDGET
+    err = errors[0]
+    tracker = Tracker(
+        EntryBuilder(plan, DetectionRuleConfig.default(), Epsilon()), stale_after=30, live_within=5
+    )
+    tracker.fail(err, T0)
+    reachable = next(c for c in tracker.view().conditions if c.type == "SourceReachable")
+    assert (reachable.status, reachable.reason) == ("False", "AnswerTooLarge")
+    assert "--prometheus-max-answer-bytes" in reachable.message
+
+
+async def test_plus_inf_is_read_from_plain_and_gzip_answers(server) -> None:
+    body = json.dumps(ok([{"metric": {"node": "n1"}, "value": [T0, "+Inf"]}])).encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("Accept-Encoding") == "gzip":
+            return web.Response(body=gzip.compress(body), headers={"Content-Encoding": "gzip"})
+        return web.Response(body=body)
+
+    srv = await server(handler)
+    for compression in (True, False):
+        cfg = SourceConfig(url_of(srv), compression=compression)
+        async with PromQLClient(cfg) as client:
+            result, _ = await client.query("up", T0, TaggedSample)
+        assert result[0].value.value == float("inf")
