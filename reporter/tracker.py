@@ -330,16 +330,19 @@ class Tracker:
             sampled = parse_time(entry.sample_time)
             if not math.isfinite(sampled):
                 continue
-            self.entries[node] = entry
             self.last_seen[node] = sampled
             vector = builder.vector_of(entry)
-            # Only an entry this reporter would write from the same values is kept as is; one
-            # written under another config (limits) or --compact setting, or holding a value
-            # it would not write, is rebuilt next sync.
             normalized = list(vector)
             builder.normalize(normalized)
-            if builder.build(normalized, entry.sample_time, live=entry.live) == entry:
-                lo, hi = builder.bounds(vector)
+            if normalized != vector:
+                # It holds a value this reporter would not write (a hand-edited or corrupted
+                # file): from now on it is written without it, even if the source never answers.
+                entry = builder.build(normalized, entry.sample_time, live=entry.live)
+            self.entries[node] = entry
+            # Only an entry this reporter would write from the same values is kept as is; one
+            # written under another config (limits) or --compact setting is rebuilt next sync.
+            if builder.build(list(normalized), entry.sample_time, live=entry.live) == entry:
+                lo, hi = builder.bounds(normalized)
                 self._basis[node] = _Basis(lo, hi, sampled)
 
 

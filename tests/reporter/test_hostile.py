@@ -4,6 +4,7 @@ out-of-range number, and never lets a time ahead of its clock look live."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from reporter.cli import build_parser, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.layout import whole_objects
 from reporter.query import Kind, Plan
@@ -19,6 +21,7 @@ from reporter.schema import MAX_CLOCK_SKEW, NodeEntry, format_time, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from tests.reporter.conftest import validate_object
+from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import T0, quiet_values, snapshot
 
 CONFIG = DetectionRuleConfig.default()
@@ -215,3 +218,40 @@ def _check(entry: dict[str, Any], at: float) -> None:
         assert math.isfinite(x)
     sampled = parse_time(entry["sampleTime"])
     assert sampled <= at + MAX_CLOCK_SKEW
+
+
+async def test_a_report_file_with_out_of_range_values_is_not_written_back(tmp_path) -> None:
+    """A hand-edited or corrupted --output file read at start: its out-of-range values are
+    dropped (named in missing) even when the source never answers, so what is written again
+    validates."""
+    out = tmp_path / "report.json"
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": quiet_values(PLAN)}
+        assert (
+            await run(
+                build_parser().parse_args(
+                    ["--once", f"--prometheus-url={prom.url}", f"--output={out}"]
+                )
+            )
+            == 0
+        )
+        doc = json.loads(out.read_text())
+        a = doc["status"]["nodes"]["a"]
+        a.update(level=-5, score=600, kataReady=True)
+        a["detections"]["io_congestion"]["index"] = 2.5
+        out.write_text(json.dumps(doc))
+        prom.down = True
+        assert (
+            await run(
+                build_parser().parse_args(
+                    ["--once", f"--prometheus-url={prom.url}", f"--output={out}"]
+                )
+            )
+            == 1
+        )
+    doc = json.loads(out.read_text())
+    validate_object(doc)
+    a = doc["status"]["nodes"]["a"]
+    assert "level" not in a and "score" not in a and "io_congestion" not in a["detections"]
+    assert {"level", "score", "detections.io_congestion"} <= set(a["missing"])
+    assert a["kataReady"] is True
