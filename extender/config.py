@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from mco.tls import TLSConfig
+from reporter.schema import MAX_CLOCK_SKEW
 
 DEFAULT_PORT = 9848
 DEFAULT_LISTEN = f":{DEFAULT_PORT}"
@@ -18,8 +19,9 @@ KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
 
 # How far ahead of this clock a sample time or heartbeat may lie and still be believed: clocks
 # of nodes, reporter and extender differ by a little; data dated further ahead is stale (it
-# would otherwise stay fresh until that time, year 9999 included).
-CLOCK_SKEW = 60.0
+# would otherwise stay fresh until that time, year 9999 included). The reporter's own rule for
+# what it writes as live, so both ends of the report agree.
+CLOCK_SKEW = MAX_CLOCK_SKEW
 
 # Volcano predicate codes (api/types.go): 2 leaves the node a preemption candidate, 3 does not.
 UNSCHEDULABLE = 2
