@@ -12,17 +12,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter.cli import build_collector, build_parser
+from exporter.cli import build_collector, parse_settings
 from exporter.registry import specs
-from mco.flags import listen_address
 
 
 def main(argv: list[str] | None = None) -> int:
     all_specs = specs()
-    args = build_parser(all_specs).parse_args(argv)
-    host, port = listen_address(args.listen)
+    settings = parse_settings(argv, all_specs)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(build_collector(args, all_specs))
+    registry.register(build_collector(settings, all_specs))
 
     async def metrics(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
@@ -32,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    web.run_app(app, host=host, port=port, print=None, access_log=None)
+    web.run_app(
+        app, host=settings.web.bind_host, port=settings.web.port, print=None, access_log=None
+    )
     return 0
 
 

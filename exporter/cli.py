@@ -8,20 +8,23 @@ import logging
 import os
 import signal
 import socket
-import ssl
 import sys
 import threading
 from collections.abc import Sequence
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from exporter import __version__
-from exporter.paths import Paths, read_text
+from exporter.paths import read_text
 from exporter.registry import CollectorConfig, CollectorSpec, specs
 from exporter.scrape import NodeCollector
-from mco.flags import listen_address
-from mco.logs import add_log_flags, setup_logging
-from mco.tls import add_tls_flags, tls_from_args
+from exporter.settings import ExporterSettings
+from mco import webconfig
+from mco.logs import add_log_flags
+from mco.settings import Parser, add_web_flags, parse, start_logging
+from mco.webconfig import WebSettings
 
 DEFAULT_LISTEN = ":9847"
 _NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
@@ -29,19 +32,13 @@ log = logging.getLogger("mco.exporter")
 
 
 def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mco-exporter",
         description="Expose host interference signals (PSI, reclaim, LLC, block I/O, steal) "
         "for Prometheus.",
     )
     parser.add_argument("--version", action="version", version=f"mco-exporter {__version__}")
-    parser.add_argument(
-        "--web.listen-address",
-        dest="listen",
-        default=DEFAULT_LISTEN,
-        help="[host]:port to serve on",
-    )
-    add_tls_flags(parser)
+    add_web_flags(parser, default_listen=DEFAULT_LISTEN)
     parser.add_argument("--path.procfs", dest="procfs", default="/proc")
     parser.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     parser.add_argument("--path.rootfs", dest="rootfs", default="/")
@@ -71,66 +68,101 @@ def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser
     return parser
 
 
-def build_collector(args: argparse.Namespace, all_specs: dict[str, CollectorSpec]) -> NodeCollector:
-    """The scrape-time collector for parsed flags (shared with the serving benchmark)."""
-    paths = Paths(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs)
-    options = {
-        key.removeprefix("option_"): value
-        for key, value in vars(args).items()
-        if key.startswith("option_")
-    }
-    enabled = [s for s in all_specs.values() if getattr(args, f"collector_{s.name}")]
+def parse_settings(
+    argv: Sequence[str] | None, all_specs: dict[str, CollectorSpec] | None = None
+) -> ExporterSettings:
+    """The flags as one settings object; a bad one exits 2 with a one-line reason."""
+    all_specs = specs() if all_specs is None else all_specs
+    return parse(build_parser(all_specs), argv, lambda a: ExporterSettings.from_args(a, all_specs))
+
+
+def build_collector(
+    settings: ExporterSettings, all_specs: dict[str, CollectorSpec]
+) -> NodeCollector:
+    """The scrape-time collector for the settings (shared with the serving benchmark)."""
+    paths = settings.paths
+    enabled = [all_specs[name] for name in settings.collectors]
     try:
         kernel = read_text(paths.proc("sys", "kernel", "osrelease")).strip()
     except OSError:
         kernel = "unknown"
     return NodeCollector(
-        enabled, CollectorConfig(paths, options), node_name=args.node_name, kernel=kernel
+        enabled,
+        CollectorConfig(paths, dict(settings.options)),
+        node_name=settings.node_name,
+        kernel=kernel,
     )
+
+
+class _SilentHandler(WSGIRequestHandler):
+    timeout = 30  # an idle or half-open connection frees its thread
+
+    def log_message(self, format: str, *args: object) -> None:
+        """No access log."""
+
+
+class _Server(ThreadingWSGIServer):
+    """prometheus_client's threaded server; "::" with IPV6_V6ONLY off takes IPv4 too."""
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A failed TLS handshake, a plain-HTTP client on the TLS port, a reset: not our fault.
+        log.debug("connection failed", extra={"peer": str(client_address)}, exc_info=True)
+
+
+def start_server(web: WebSettings, registry: CollectorRegistry) -> _Server:
+    """Serve ``/metrics`` in daemon threads; the web config's TLS, basic auth and headers.
+
+    No host (``:9847``): one IPv6 socket that also accepts IPv4 (dual stack); on a node with
+    IPv6 disabled, IPv4 only.
+    """
+    app = webconfig.wsgi(make_wsgi_app(registry), web.config)
+    candidates = [web.host] if web.host else ["::", "0.0.0.0"]  # noqa: S104  (a node agent)
+    for i, host in enumerate(candidates):
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                host, web.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            server_class = type("Server", (_Server,), {"address_family": family})
+            server: _Server = make_server(
+                str(sockaddr[0]), web.port, app, server_class, handler_class=_SilentHandler
+            )
+            break
+        except OSError as exc:
+            if i == len(candidates) - 1 or exc.errno not in _NO_IPV6:
+                raise
+    if web.config.ssl_context is not None:
+        # The handshake runs in the request's thread, not in the accept loop.
+        server.socket = web.config.ssl_context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
+    return server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     all_specs = specs()
-    args = build_parser(all_specs).parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
-    try:
-        host, port = listen_address(args.listen)
-        tls = tls_from_args(args)
-        tls.validate()
-    except ValueError as exc:
-        log.error("bad flags", extra={"err": str(exc)})
-        return 2
-    node = build_collector(args, all_specs)
+    settings = parse_settings(argv, all_specs)
+    start_logging(settings.log, settings.deprecated)
+    node = build_collector(settings, all_specs)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node)
-    # No host: "::" is dual-stack on Linux; on a node with IPv6 disabled fall back to IPv4.
-    candidates = [host] if host else ["::", "0.0.0.0"]  # noqa: S104  (a node agent)
     try:
-        for i, addr in enumerate(candidates):
-            try:
-                server, _thread = start_http_server(
-                    port,
-                    addr=addr,
-                    registry=registry,
-                    certfile=tls.cert_file,
-                    keyfile=tls.key_file,
-                    client_cafile=tls.client_ca_file,
-                    client_auth_required=tls.client_ca_file is not None,
-                    tls_min_version=ssl.TLSVersion.TLSv1_2,
-                )
-                break
-            except OSError as exc:
-                if i == len(candidates) - 1 or exc.errno not in _NO_IPV6:
-                    raise
+        server = start_server(settings.web, registry)
     except OSError as exc:
-        log.error("cannot serve", extra={"address": args.listen, "err": str(exc)})
+        log.error("cannot serve", extra={"address": settings.web.address, "err": str(exc)})
         node.close()
         return 1
-    scheme = "https" if tls.enabled else "http"
+    web = settings.web
     log.info(
         "serving metrics",
         extra={
-            "url": f"{scheme}://{host}:{server.server_port}/metrics",
+            "url": f"{web.config.scheme}://{web.address}/metrics",
+            "web_config": web.config.source or None,
             "collectors": ",".join(n for n, why in node.collectors.items() if why is None),
         },
     )

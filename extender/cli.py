@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -24,27 +23,35 @@ from extender.config import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_BODY_MEMORY,
     ExtenderConfig,
+    ExtenderSettings,
     SourceConfig,
     VerdictConfig,
 )
-from mco.flags import duration, listen_address, size
-from mco.logs import add_log_flags, setup_logging
-from mco.tls import TLSConfig, tls_from_args
+from mco import webconfig
+from mco.flags import duration, size
+from mco.logs import add_log_flags
+from mco.settings import (
+    Parser,
+    add_web_flags,
+    deprecated,
+    fail,
+    log_settings,
+    parse,
+    start_logging,
+    web_settings,
+)
 
 log = logging.getLogger("mco.extender")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mco-extender",
         description="Volcano and kube-scheduler extender: keeps pods off interfered nodes and "
         "places Kata pods on Kata-ready nodes. `mco-extender print-config --help` prints the "
         "scheduler configuration.",
     )
     parser.add_argument("--version", action="version", version=f"mco-extender {__version__}")
-    parser.add_argument(
-        "--listen", default=DEFAULT_LISTEN, help="[host]:port (default %(default)s)"
-    )
     parser.add_argument("--workers", type=int, default=1, help="server processes (SO_REUSEPORT)")
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # workers
     source = parser.add_argument_group("report source (default: the Kubernetes API)")
@@ -115,14 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="request body bytes held at once, all connections together; beyond it requests "
         "get 503 (default 128MiB, per process)",
     )
-    server.add_argument("--tls-cert", "--tls-cert-file", dest="tls_cert_file", metavar="FILE")
-    server.add_argument("--tls-key", "--tls-key-file", dest="tls_key_file", metavar="FILE")
-    server.add_argument(
-        "--client-ca",
-        "--tls-client-ca-file",
-        dest="tls_client_ca_file",
-        metavar="FILE",
-        help="require client certificates signed by this CA (mTLS)",
+    add_web_flags(
+        server,
+        default_listen=DEFAULT_LISTEN,
+        legacy_listen=("--listen",),
+        legacy_tls=("--tls-", "--client-ca"),
     )
     add_log_flags(parser)
     return parser
@@ -133,8 +137,6 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         raise ValueError("--max-body-size must be positive")
     if args.max_body_memory < args.max_body_size:
         raise ValueError("--max-body-memory must be at least --max-body-size")
-    tls: TLSConfig = tls_from_args(args)
-    tls.validate()
     return ExtenderConfig(
         verdict=VerdictConfig(
             stale_after=args.stale_after,
@@ -151,28 +153,46 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         ),
         max_body_bytes=args.max_body_size,
         max_body_memory=args.max_body_memory,
-        tls=tls,
     )
 
 
-def serve(config: ExtenderConfig, host: str, port: int, *, reuse_port: bool = False) -> None:
+def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
+    if args.workers < 1:
+        raise ValueError("--workers must be at least 1")
+    return ExtenderSettings(
+        web=web_settings(args),
+        config=config_from_args(args),
+        workers=args.workers,
+        reuse_port=args.reuse_port,
+        log=log_settings(args),
+        deprecated=deprecated(args),
+    )
+
+
+def parse_settings(argv: Sequence[str] | None) -> ExtenderSettings:
+    """The flags as one settings object; a bad one exits 2 with a one-line reason."""
+    return parse(build_parser(), argv, settings_from_args)
+
+
+def serve(settings: ExtenderSettings) -> None:
     """Run one server process until SIGTERM/SIGINT."""
-    context: ssl.SSLContext | None = config.tls.server_context() if config.tls.enabled else None
-    scheme = "https" if context else "http"
+    web_ = settings.web
     log.info(
         "serving",
         extra={
-            "url": f"{scheme}://{host}:{port}",
+            "url": f"{web_.config.scheme}://{web_.address}",
             "pid": os.getpid(),
-            "mtls": config.tls.client_ca_file is not None,
+            "web_config": web_.config.source or None,
         },
     )
+    app = make_app(settings.config)
+    webconfig.install(app, web_.config)
     web.run_app(
-        make_app(config),
-        host=host or None,  # None: every interface, both address families
-        port=port,
-        ssl_context=context,
-        reuse_port=reuse_port,
+        app,
+        host=web_.bind_host,  # None: every interface, both address families
+        port=web_.port,
+        ssl_context=web_.config.ssl_context,
+        reuse_port=settings.reuse_port,
         access_log=None,
         print=None,
         shutdown_timeout=5.0,
@@ -223,31 +243,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["print-config"]:
         return print_config.main(argv[1:])
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
+    settings = parse_settings(argv)
+    start_logging(settings.log, settings.deprecated)
     try:
-        config = config_from_args(args)
-        host, port = listen_address(args.listen)
-        if config.tls.enabled:
-            config.tls.server_context()  # fail now, with a clear message, on bad files
-        if args.workers < 1:
-            raise ValueError("--workers must be at least 1")
-    except (ValueError, OSError, ssl.SSLError) as exc:
-        log.error("bad flags", extra={"err": str(exc)})
-        return 2
-    try:
-        if args.workers > 1:
-            return serve_workers(argv, args.workers)
-        serve(config, host, port, reuse_port=args.reuse_port)
+        if settings.workers > 1:
+            return serve_workers(argv, settings.workers)
+        serve(settings)
     except OSError as exc:
-        log.error("cannot serve", extra={"address": args.listen, "err": str(exc)})
+        log.error("cannot serve", extra={"address": settings.web.address, "err": str(exc)})
         return 1
     except ConfigException as exc:
-        log.error(
-            "no Kubernetes credentials for the report watch (use --report-file or --kubeconfig)",
-            extra={"err": str(exc)},
+        return fail(
+            "mco-extender",
+            f"no Kubernetes credentials for the report watch (use --report-file or "
+            f"--kubeconfig): {exc}",
         )
-        return 2
     return 0
 
 

@@ -6,7 +6,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
-from mco.tls import TLSConfig
+from mco.settings import LogSettings
+from mco.webconfig import WebSettings
 from reporter.schema import MAX_CLOCK_SKEW
 
 DEFAULT_PORT = 9848
@@ -78,4 +79,15 @@ class ExtenderConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_body_memory: int = DEFAULT_MAX_BODY_MEMORY
-    tls: TLSConfig = field(default_factory=TLSConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    """``mco-extender``'s flags, parsed once: the app's config and how it is served."""
+
+    web: WebSettings
+    config: ExtenderConfig = field(default_factory=ExtenderConfig)
+    workers: int = 1
+    reuse_port: bool = False  # set for the worker processes of --workers
+    log: LogSettings = field(default_factory=LogSettings)
+    deprecated: tuple[str, ...] = ()

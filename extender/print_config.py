@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
 
 from extender.config import DEFAULT_PORT
+from mco.settings import Parser, parse
 
 DEFAULT_URL = f"http://mco-extender.mco-system.svc:{DEFAULT_PORT}"
 DEFAULT_CA_FILE = "/etc/kubernetes/mco-extender/ca.crt"
@@ -78,7 +80,8 @@ _VOLCANO_HEADER = """\
 """
 _VOLCANO_HTTPS = """\
 # Volcano's client trusts only the system CA roots and sends no client certificate: serve
-# Volcano with a certificate those roots trust, and without --client-ca.
+# Volcano with a certificate those roots trust, and without client certificates
+# (client_auth_type NoClientCert in --web.config.file).
 """
 _KUBE_HEADER = """\
 # mco-extender for kube-scheduler: merge `extenders` into your KubeSchedulerConfiguration.
@@ -88,7 +91,7 @@ _KUBE_HEADER = """\
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mco-extender print-config",
         description="Print the scheduler configuration that enables mco-extender.",
     )
@@ -110,25 +113,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True, slots=True)
+class PrintConfigSettings:
+    scheduler: str  # "volcano" or "kube-scheduler"
+    url: str = DEFAULT_URL
+    http_timeout: str | None = None
+    weight: int = 1
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> PrintConfigSettings:
+        if not args.url.startswith(("http://", "https://")):
+            raise ValueError("--url must start with http:// or https://")
+        if args.weight <= 0:
+            raise ValueError(
+                "--weight must be positive (kube-scheduler rejects 0 with a prioritizeVerb)"
+            )
+        return cls(
+            scheduler="volcano" if args.volcano else "kube-scheduler",
+            url=args.url,
+            http_timeout=args.http_timeout,
+            weight=args.weight,
+            ca_file=args.ca_file,
+            client_cert_file=args.client_cert_file,
+            client_key_file=args.client_key_file,
+        )
+
+
 def main(argv: Sequence[str], out: TextIO | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(argv))
-    if not args.url.startswith(("http://", "https://")):
-        parser.error("--url must start with http:// or https://")
-    if args.weight <= 0:
-        parser.error("--weight must be positive (kube-scheduler rejects 0 with a prioritizeVerb)")
-    if args.volcano:
-        header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if args.url.startswith("https://") else "")
-        doc: object = volcano_tier(args.url, args.http_timeout or "500ms")
+    s = parse(build_parser(), list(argv), PrintConfigSettings.from_args)
+    if s.scheduler == "volcano":
+        header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if s.url.startswith("https://") else "")
+        doc: object = volcano_tier(s.url, s.http_timeout or "500ms")
     else:
         header = _KUBE_HEADER
         doc = kube_scheduler_config(
-            args.url,
-            weight=args.weight,
-            http_timeout=args.http_timeout or "1s",
-            ca_file=args.ca_file,
-            cert_file=args.client_cert_file,
-            key_file=args.client_key_file,
+            s.url,
+            weight=s.weight,
+            http_timeout=s.http_timeout or "1s",
+            ca_file=s.ca_file,
+            cert_file=s.client_cert_file,
+            key_file=s.client_key_file,
         )
     (out or sys.stdout).write(header + yaml.safe_dump(doc, sort_keys=False))
     return 0

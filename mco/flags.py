@@ -9,8 +9,11 @@ import argparse
 import re
 from typing import Final
 
-_DURATION: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*")
-_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_NUM = r"(\d+(?:\.\d+)?)"
+# Hours down to milliseconds, each unit at most once and in that order (Prometheus's rule).
+_DURATION: Final = re.compile(rf"(?:{_NUM}h)?(?:{_NUM}m(?!s))?(?:{_NUM}s)?(?:{_NUM}ms)?")
+_BARE: Final = re.compile(_NUM)
+_UNITS: Final = (3600.0, 60.0, 1.0, 0.001)
 _SIZE: Final = re.compile(r"\s*(\d+)\s*(Ki|Mi|Gi|KiB|MiB|GiB|K|M|G|B)?\s*")
 _BYTES: Final = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -20,11 +23,15 @@ class FlagError(ValueError, argparse.ArgumentTypeError):
 
 
 def duration(text: str) -> float:
-    """Seconds in ``250ms``, ``1s``, ``1.5s``, ``2m``, ``1h`` or a bare number of seconds."""
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise FlagError(f"{text!r} is not a duration like 500ms, 1s or 2m")
-    return float(match.group(1)) * _SECONDS[match.group(2) or "s"]
+    """Seconds in a Prometheus/Go-style duration: ``250ms``, ``1.5s``, ``1m30s``, ``1h2m3.5s``,
+    or a bare number of seconds. The one duration parser of every MCO flag."""
+    body = text.strip()
+    if _BARE.fullmatch(body):
+        return float(body)
+    match = _DURATION.fullmatch(body)
+    if not body or match is None:
+        raise FlagError(f"{text!r} is not a duration like 500ms, 1s, 2m or 1m30s")
+    return sum(float(n) * unit for n, unit in zip(match.groups(), _UNITS, strict=True) if n)
 
 
 def size(text: str) -> int:

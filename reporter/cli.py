@@ -21,17 +21,11 @@ from typing import Any, Final
 
 from kubernetes_asyncio import client
 
-from mco.flags import duration, listen_address, size
+from mco.flags import duration, size
 from mco.kubeconfig import api_client as kube_client
-from mco.leader import (
-    LeaseElector,
-    add_leader_flags,
-    elector_from_args,
-    identity_from_args,
-    run_while_leading,
-)
-from mco.logs import add_log_flags, setup_logging
-from mco.tls import add_tls_flags, tls_from_args
+from mco.leader import LeaseElector, add_leader_flags, run_while_leading
+from mco.logs import add_log_flags
+from mco.settings import Parser, add_web_flags, fail, parse, start_logging
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
@@ -42,12 +36,12 @@ from reporter.metrics import ReporterMetrics, serve
 from reporter.promql import (
     DEFAULT_MAX_ANSWER_BYTES,
     PromQLClient,
-    SourceConfig,
     mmap_large_buffers,
     safe_url,
 )
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
+from reporter.settings import ReporterSettings
 from reporter.sink import Sink
 from rulegen.model import ConfigError
 
@@ -64,7 +58,7 @@ def header(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="mco-reporter",
         description="Turn MCO's recorded series into the NodeInterferenceReport custom resource.",
     )
@@ -143,29 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
         what="write the report",
     )
     web_ = p.add_argument_group("self-metrics")
-    web_.add_argument(
-        "--web.listen-address", dest="listen", default=DEFAULT_LISTEN, help="'' turns it off"
-    )
-    add_tls_flags(p)
+    add_web_flags(web_, default_listen=DEFAULT_LISTEN, listen_help="; '' turns it off")
     add_log_flags(p)
     return p
 
 
-def source_config(args: argparse.Namespace) -> SourceConfig:
-    return SourceConfig(
-        url=args.prometheus_url,
-        timeout=args.prometheus_timeout,
-        bearer_token_file=args.prometheus_bearer_token_file,
-        basic_auth_user=args.prometheus_basic_auth_user,
-        basic_auth_password_file=args.prometheus_basic_auth_password_file,
-        ca_file=args.prometheus_ca_file,
-        cert_file=args.prometheus_cert_file,
-        key_file=args.prometheus_key_file,
-        insecure_skip_verify=args.prometheus_insecure_skip_verify,
-        headers=dict(args.prometheus_header),
-        compression=args.prometheus_compression,
-        max_answer_bytes=args.prometheus_max_answer_bytes,
-    )
+def parse_settings(argv: Sequence[str] | None) -> ReporterSettings:
+    """The flags as one settings object; a bad one exits 2 with a one-line reason."""
+    return parse(build_parser(), argv, ReporterSettings.from_args)
 
 
 def default_namespace() -> str:
@@ -179,93 +158,77 @@ def default_namespace() -> str:
         return "default"
 
 
-async def run(args: argparse.Namespace) -> int:
-    try:
-        src = source_config(args)
-        src.validate()
-        tls = tls_from_args(args)
-        tls.validate()
-        listen = listen_address(args.listen) if args.listen else None
-    except ValueError as exc:
-        print(f"mco-reporter: {exc}", file=sys.stderr)
-        return 2
+async def run(settings: ReporterSettings) -> int:
     metrics = ReporterMetrics()
     api_client: client.ApiClient | None = None
-    if args.output is None:
+    if settings.output is None:
         try:
-            api_client = await kube_client(args.kubeconfig)
+            api_client = await kube_client(settings.kubeconfig)
         except Exception as exc:
-            print(f"mco-reporter: no Kubernetes API configuration: {exc}", file=sys.stderr)
-            return 2
-    identity = identity_from_args(args)
+            return fail("mco-reporter", f"no Kubernetes API configuration: {exc}")
+    identity = settings.leader.identity
     if api_client is not None:
         # Audit logs (and the HA test) tell the replicas apart by this.
         api_client.user_agent = f"mco-reporter ({identity})"
-    rules = RuleConfigSource(path=args.rule_config, api_client=api_client)
+    rules = RuleConfigSource(path=settings.rule_config, api_client=api_client)
     try:
         rules.load_initial()
     except (ConfigError, OSError) as exc:
-        print(f"mco-reporter: --rule-config: {exc}", file=sys.stderr)
-        return 2
-    chooser = LayoutChooser(args.layout, args.max_object_bytes)
+        return fail("mco-reporter", f"--rule-config: {exc}")
+    chooser = LayoutChooser(settings.layout, settings.max_object_bytes)
     elector: LeaseElector | None = None
-    if api_client is not None and args.leader_elect and not args.once:
-        try:
-            elector = elector_from_args(
-                api_client,
-                args,
-                identity=identity,
-                namespace=default_namespace(),
-                on_change=lambda leading: metrics.leader.set(1 if leading else 0),
-            )
-        except ValueError as exc:
-            print(f"mco-reporter: leader election: {exc}", file=sys.stderr)
-            return 2
+    if api_client is not None and settings.leader.enabled and not settings.once:
+        elector = LeaseElector(
+            api_client,
+            **settings.leader.elector_kwargs(default_namespace()),
+            on_change=lambda leading: metrics.leader.set(1 if leading else 0),
+        )
     sink: Sink
     if api_client is not None:
         sink = KubeSink(
-            ReportApi(api_client, timeout=args.api_timeout),
+            ReportApi(api_client, timeout=settings.api_timeout),
             chooser,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
     else:
-        sink = FileSink(args.output, chooser)
+        assert settings.output is not None  # no API client: --output was given
+        sink = FileSink(settings.output, chooser)
     log.info(
         "starting",
         extra={
-            "source": safe_url(args.prometheus_url),
-            "sink": args.output or "kubernetes",
-            "layout": args.layout,
-            "interval_s": args.interval,
+            "source": safe_url(settings.source.url),
+            "sink": settings.output or "kubernetes",
+            "layout": settings.layout,
+            "interval_s": settings.interval,
         },
     )
     runner = None
     try:
-        async with PromQLClient(src) as source:
+        async with PromQLClient(settings.source) as source:
             reporter = Reporter(
                 source=source,
                 rules=rules,
-                plan=Plan(compact=args.compact),
-                epsilon=Epsilon(args.epsilon, args.signal_epsilon),
+                plan=Plan(compact=settings.compact),
+                epsilon=Epsilon(settings.epsilon, settings.signal_epsilon),
                 metrics=metrics,
                 sink=sink,
-                live_within=args.live_within,
-                refresh_after=args.refresh_after,
+                live_within=settings.live_within,
+                refresh_after=settings.refresh_after,
             )
-            if args.once:
+            if settings.once:
                 await rules.refresh()
                 outcome = await reporter.cycle()
                 if not outcome.ok:
                     print(f"mco-reporter: {outcome.message}", file=sys.stderr)
                     return 1
                 return 0
-            if listen is not None:
-                runner = await serve(
-                    metrics, *listen, tls.server_context() if tls.enabled else None
-                )
+            if settings.web is not None:
+                runner = await serve(metrics, settings.web)
             if elector is None:
                 metrics.leader.set(1)
-            await _until_stopped(run_while_leading(elector, partial(reporter.lead, args.interval)))
+            await _until_stopped(
+                run_while_leading(elector, partial(reporter.lead, settings.interval))
+            )
             return 0
     finally:
         if runner is not None:
@@ -295,11 +258,11 @@ async def _until_stopped(work: Coroutine[Any, Any, None]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
+    settings = parse_settings(argv)
+    start_logging(settings.log, settings.deprecated)
     mmap_large_buffers()  # so the answer budget's bound holds for resident memory
     try:
-        return asyncio.run(run(args))
+        return asyncio.run(run(settings))
     except KeyboardInterrupt:
         return 130
 

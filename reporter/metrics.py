@@ -6,13 +6,12 @@ successful sync by the leader, so a stuck or partitioned reporter shows up there
 
 from __future__ import annotations
 
-import ssl
-
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from mco import selfmetrics
+from mco import selfmetrics, webconfig
+from mco.webconfig import WebSettings
 from reporter.sink import Medium, SinkResult
 
 
@@ -146,11 +145,6 @@ class ReporterMetrics:
         return app
 
 
-async def serve(
-    metrics: ReporterMetrics, host: str, port: int, ssl_context: ssl.SSLContext | None
-) -> web.AppRunner:
-    runner = web.AppRunner(metrics.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context)
-    await site.start()
-    return runner
+async def serve(metrics: ReporterMetrics, settings: WebSettings) -> web.AppRunner:
+    """The self-metrics server, secured by ``--web.config.file`` like every MCO server."""
+    return await webconfig.start(metrics.app(), settings)

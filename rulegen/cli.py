@@ -9,19 +9,32 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mco.flags import listen_address
+from mco import webconfig
+from mco.flags import FlagError, duration
 from mco.kubeconfig import api_client
-from mco.leader import add_leader_flags, elector_from_args, identity_from_args
-from mco.logs import add_log_flags, setup_logging
-from mco.tls import TLSConfig, add_tls_flags, tls_from_args
+from mco.leader import LeaseElector, add_leader_flags
+from mco.logs import add_log_flags
+from mco.settings import (
+    LeaderSettings,
+    LogSettings,
+    Parser,
+    add_web_flags,
+    deprecated,
+    leader_settings,
+    log_settings,
+    parse,
+    start_logging,
+    web_settings,
+)
+from mco.webconfig import WebSettings
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
-from rulegen.durations import parse_duration
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
 from rulegen.render import render_prometheusrule, render_rules
 
@@ -34,13 +47,13 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise argparse.ArgumentTypeError(f"expected key=value, got {pair!r}")
+            raise FlagError(f"expected key=value, got {pair!r}")
         out[key] = value
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mco-rulegen",
         description="MCO's detection model as Prometheus recording rules and alerts.",
     )
@@ -62,8 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)"
     )
     ctl.add_argument("--context", help="kubeconfig context")
-    ctl.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN)
-    add_tls_flags(ctl)
+    add_web_flags(ctl, default_listen=DEFAULT_LISTEN)
     ctl.add_argument("--config-name", default=DEFAULT_NAME, help="DetectionRuleConfig to watch")
     ctl.add_argument("--prometheusrule-name", default="mco-rules")
     ctl.add_argument(
@@ -78,7 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="label on the PrometheusRule, e.g. release=kube-prometheus-stack (repeatable)",
     )
-    ctl.add_argument("--resync", default="5m", help="re-read and re-apply period (default 5m)")
+    ctl.add_argument(
+        "--resync",
+        type=duration,
+        default=300.0,
+        metavar="DURATION",
+        help="re-read and re-apply period (default 5m)",
+    )
     # The reporter's flags, spelled the same: only the replica holding the Lease writes.
     add_leader_flags(
         ctl,
@@ -91,29 +109,92 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_render(args: argparse.Namespace) -> int:
+@dataclass(frozen=True, slots=True)
+class RenderSettings:
+    """``mco-rulegen render``: which rules, in which shape, where."""
+
+    config: Path | None = None  # None: the built-in DetectionRuleConfig
+    format: str = "rules"
+    output: str = "-"
+    generation: int = 0
+    name: str = "mco-rules"
+    namespace: str = "monitoring"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerCommand:
+    """``mco-rulegen controller``: what to watch and apply, how to serve, how to lead."""
+
+    web: WebSettings
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    kubeconfig: str | None = None
+    context: str | None = None
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    deprecated: tuple[str, ...] = ()
+
+
+def settings_from_args(args: argparse.Namespace) -> RenderSettings | ControllerCommand:
+    if args.command == "render":
+        return RenderSettings(
+            config=args.config,
+            format=args.format,
+            output=args.output,
+            generation=args.generation,
+            name=args.name,
+            namespace=args.namespace,
+            labels=_labels(args.label),
+            log=log_settings(args),
+        )
+    if args.resync <= 0:
+        raise ValueError("--resync must be positive")
+    return ControllerCommand(
+        web=web_settings(args),
+        controller=ControllerSettings(
+            rule_name=args.prometheusrule_name,
+            rule_namespace=args.prometheusrule_namespace,
+            rule_labels=_labels(args.prometheusrule_label),
+            config_name=args.config_name,
+            resync_seconds=args.resync,
+        ),
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        leader=leader_settings(args),
+        log=log_settings(args),
+        deprecated=deprecated(args),
+    )
+
+
+def parse_settings(argv: Sequence[str] | None) -> RenderSettings | ControllerCommand:
+    """The flags as one settings object; a bad one exits 2 with a one-line reason."""
+    return parse(build_parser(), argv, settings_from_args)
+
+
+def cmd_render(s: RenderSettings) -> int:
     try:
-        config = load_config(args.config) if args.config else DetectionRuleConfig.default()
-        if args.format == "rules":
-            text = render_rules(config, generation=args.generation)
+        config = load_config(s.config) if s.config else DetectionRuleConfig.default()
+        if s.format == "rules":
+            text = render_rules(config, generation=s.generation)
         else:
             text = render_prometheusrule(
                 config,
-                name=args.name,
-                namespace=args.namespace,
-                labels=_labels(args.label),
-                generation=args.generation,
+                name=s.name,
+                namespace=s.namespace,
+                labels=dict(s.labels),
+                generation=s.generation,
             )
-    except (ConfigError, ValueError, argparse.ArgumentTypeError) as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"mco-rulegen: {exc}", file=sys.stderr)
         return 1
-    if args.output == "-":
+    if s.output == "-":
         sys.stdout.write(text)
     else:
         try:
-            Path(args.output).write_text(text)
+            Path(s.output).write_text(text)
         except OSError as exc:
-            print(f"mco-rulegen: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            print(f"mco-rulegen: cannot write {s.output}: {exc.strerror}", file=sys.stderr)
             return 1
     return 0
 
@@ -143,42 +224,29 @@ def make_metrics_app(
     return app
 
 
-async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
-    host, port = listen_address(args.listen)
-    settings = ControllerSettings(
-        rule_name=args.prometheusrule_name,
-        rule_namespace=args.prometheusrule_namespace,
-        rule_labels=_labels(args.prometheusrule_label),
-        config_name=args.config_name,
-        resync_seconds=parse_duration(args.resync),
-    )
-    api = await api_client(args.kubeconfig, args.context)
-    identity = identity_from_args(args)
+async def run_controller(command: ControllerCommand) -> int:
+    settings, web_ = command.controller, command.web
+    api = await api_client(command.kubeconfig, command.context)
+    identity = command.leader.identity
     # Audit logs (and the HA test) tell the replicas apart by this.
     api.user_agent = f"mco-rulegen ({identity})"
     elector = (
-        elector_from_args(api, args, identity=identity, namespace=settings.rule_namespace)
-        if args.leader_elect
+        LeaseElector(api, **command.leader.elector_kwargs(settings.rule_namespace))
+        if command.leader.enabled
         else None
     )
     metrics = ControllerMetrics()
     controller = RuleConfigController(api, settings, metrics, elector)
-    runner = web.AppRunner(make_metrics_app(metrics, controller), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, host or None, port, ssl_context=tls.server_context() if tls.enabled else None
-    )
     try:
-        await site.start()
+        runner = await webconfig.start(make_metrics_app(metrics, controller), web_)
     except OSError as exc:
-        log.error("cannot serve metrics", extra={"address": args.listen, "err": str(exc)})
-        await runner.cleanup()
+        log.error("cannot serve metrics", extra={"address": web_.address, "err": str(exc)})
         await api.close()
         return 1
     log.info(
         "controller started",
         extra={
-            "metrics": f"{'https' if tls.enabled else 'http'}://{host}:{port}/metrics",
+            "metrics": f"{web_.config.scheme}://{web_.address}/metrics",
             "prometheusrule": f"{settings.rule_namespace}/{settings.rule_name}",
             "config": settings.config_name,
             "lease": f"{elector.namespace}/{elector.name}" if elector else None,
@@ -201,29 +269,12 @@ async def run_controller(args: argparse.Namespace, tls: TLSConfig) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level, args.log_format)
-    if args.command == "render":
-        return cmd_render(args)
-    try:
-        tls = tls_from_args(args)
-        tls.validate()
-        _labels(args.prometheusrule_label)
-        parse_duration(args.resync)
-        listen_address(args.listen)
-        if not (
-            args.leader_elect_lease_duration
-            > args.leader_elect_renew_deadline
-            > args.leader_elect_retry_period
-            > 0
-        ):
-            raise ValueError(
-                "leader election: need lease duration > renew deadline > retry period > 0"
-            )
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        log.error("bad flags", extra={"err": str(exc)})
-        return 2
-    return asyncio.run(run_controller(args, tls))
+    settings = parse_settings(argv)
+    if isinstance(settings, RenderSettings):
+        start_logging(settings.log)
+        return cmd_render(settings)
+    start_logging(settings.log, settings.deprecated)
+    return asyncio.run(run_controller(settings))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import trustme
 from scripts.procs import Managed, free_port
 from tests.exporter.conftest import FIXTURES, samples_of
 from tests.exporter.test_real_host import EXPORTER, start_exporter
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -49,13 +50,24 @@ def test_help_lists_every_collector_flag() -> None:
 def test_bad_listen_address_is_a_clear_error() -> None:
     result = run("--web.listen-address", "nonsense")
     assert result.returncode == 2
-    assert "listen address must be [host]:port" in result.stderr
+    assert result.stderr.startswith("mco-exporter: error: listen address must be [host]:port")
+    assert result.stderr.count("\n") == 1
 
 
 def test_key_without_cert_is_refused(tmp_path: Path) -> None:
     result = run("--web.tls-key-file", str(tmp_path / "k"))
     assert result.returncode == 2
     assert "both a certificate and a key" in result.stderr
+
+
+def test_a_bad_web_config_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text("tls_server_config:\n  cert_file: x.crt\n  key_file: x.key\n  bogus: 1\n")
+    result = run(f"--web.config.file={config}")
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"mco-exporter: error: {config}: unknown key 'bogus' in tls_server_config\n"
+    )
 
 
 def test_port_in_use_exits_non_zero() -> None:
@@ -109,7 +121,30 @@ def test_collector_switches_and_recorded_tree(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_tls_and_client_certificates(tmp_path: Path) -> None:
+def test_web_config_file_tls_basic_auth_and_client_certificates(tmp_path: Path) -> None:
+    """The exporter-toolkit web config, on ':PORT': every check over IPv4 and IPv6."""
+    web = secured_web(tmp_path)
+    port = free_port()
+    proc = Managed(
+        [*EXPORTER, f"--web.listen-address=:{port}", "--no-collector.biolatency",
+         f"--web.config.file={web.config_file}"],
+        name="mco-exporter",
+        log_path=tmp_path / "exporter.log",
+    )  # fmt: skip
+    with proc:
+        proc.wait_http(f"https://127.0.0.1:{port}/metrics", timeout=30, verify=web.ca_file,
+                       cert=web.client, auth=(USER, PASSWORD))  # fmt: skip
+        for host in hosts():
+            assert_secured(port, "/metrics", web, host=host)
+        ok = requests.get(f"https://127.0.0.1:{port}/metrics", auth=(USER, PASSWORD),
+                          verify=web.ca_file, cert=web.client, timeout=10)  # fmt: skip
+        assert "mco_node_info" in ok.text
+        assert proc.alive
+    assert "deprecated" not in proc.log_path.read_text()
+
+
+@pytest.mark.slow
+def test_deprecated_tls_flags_still_work_and_warn(tmp_path: Path) -> None:
     ca = trustme.CA()
     server_cert = ca.issue_cert("127.0.0.1")
     cert, key, ca_file = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"

@@ -15,7 +15,7 @@ import trustme
 import yaml
 
 from extender import print_config
-from extender.cli import build_parser, config_from_args, main
+from extender.cli import build_parser, main, parse_settings
 from scripts.procs import Managed, free_port, wait_until
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, metric, write_reports
@@ -105,7 +105,7 @@ def test_print_config_through_main(capsys):
 
 
 def test_flags_become_the_config():
-    args = build_parser().parse_args(
+    settings = parse_settings(
         [
             "--stale-after",
             "45s",
@@ -130,13 +130,13 @@ def test_flags_become_the_config():
             "250ms",
         ]
     )
-    config = config_from_args(args)
+    config = settings.config
     v = config.verdict
     assert (v.stale_after, v.neutral_score, v.fail_closed) == (45.0, 40.0, True)
     assert v.kata_globs == ("kata-*", "secure-*") and v.reject_code == 2 and v.volcano_weight == 2.0
     assert config.max_body_bytes == 128 << 20 and config.max_body_memory == 256 << 20
     assert config.source.report_file == "r.json" and config.source.poll_interval == 0.25
-    assert config_from_args(build_parser().parse_args([])).verdict.kata_globs == ("kata-*",)
+    assert parse_settings([]).config.verdict.kata_globs == ("kata-*",)
 
 
 @pytest.mark.parametrize(
@@ -155,8 +155,11 @@ def test_flags_become_the_config():
     ],
 )
 def test_bad_flags_exit_2_with_a_message(argv, capsys):
-    assert main(argv) == 2
-    assert "bad flags" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mco-extender: error: ") and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("value", ["5x", "", "-1s"])
@@ -177,14 +180,14 @@ def report(tmp_path: Path) -> Path:
 
 def extender(tmp_path: Path, port: int, *args: str) -> Managed:
     return Managed(
-        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{port}", *args],
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}", *args],
         name="mco-extender",
         log_path=tmp_path / "extender.log",
     )
 
 
 @pytest.mark.slow
-def test_tls_with_client_certificates(tmp_path, report):
+def test_deprecated_tls_flags_still_serve_with_client_certificates(tmp_path, report):
     ca, other_ca = trustme.CA(), trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
     server.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
@@ -199,9 +202,12 @@ def test_tls_with_client_certificates(tmp_path, report):
     ca_file = str(tmp_path / "ca.crt")
     client = (str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
     tls = [f"--tls-cert={tmp_path / 'tls.crt'}", f"--tls-key={tmp_path / 'tls.key'}"]
-    with extender(
-        tmp_path, port, f"--report-file={report}", *tls, f"--client-ca={ca_file}"
-    ) as proc:
+    with Managed(
+        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{port}", f"--report-file={report}",
+         *tls, f"--client-ca={ca_file}"],
+        name="mco-extender",
+        log_path=tmp_path / "extender.log",
+    ) as proc:  # fmt: skip
         proc.wait_http(f"{url}/readyz", verify=ca_file, cert=client)
         answer = requests.post(f"{url}/volcano/predicate", data=bodies.volcano_predicate("n1"),
                                verify=ca_file, cert=client, timeout=10)  # fmt: skip
@@ -215,7 +221,10 @@ def test_tls_with_client_certificates(tmp_path, report):
         with pytest.raises(requests.exceptions.ConnectionError):  # no plain HTTP on that port
             requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
         assert proc.alive
-    assert "not-a-secret" not in proc.log_tail(200)
+    logged = proc.log_tail(200)
+    assert "not-a-secret" not in logged
+    for old in ("--listen", "--tls-cert", "--tls-key", "--client-ca"):
+        assert logged.count(f"{old} is deprecated") == 1, logged
 
 
 @pytest.mark.slow
@@ -297,5 +306,7 @@ def test_no_credentials_and_no_report_file_is_a_clear_error(tmp_path, capsys, mo
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config, not in a cluster
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     port = free_port()
-    assert main([f"--listen=127.0.0.1:{port}", f"--kubeconfig={tmp_path / 'missing'}"]) == 2
-    assert "no Kubernetes credentials" in capsys.readouterr().err
+    argv = [f"--web.listen-address=127.0.0.1:{port}", f"--kubeconfig={tmp_path / 'missing'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "\nmco-extender: error: no Kubernetes credentials" in err, err

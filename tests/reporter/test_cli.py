@@ -17,7 +17,7 @@ import pytest
 import requests
 import trustme
 
-from reporter.cli import build_parser, run
+from reporter.cli import parse_settings, run
 from reporter.engine import Reporter
 from reporter.query import Kind, Plan
 from rulegen import series
@@ -30,7 +30,12 @@ PLAN = Plan(compact=False)
 
 
 async def once(*argv: str) -> int:
-    return await run(build_parser().parse_args(["--once", *argv]))
+    """One cycle as ``mco-reporter --once`` runs it; a bad flag exits 2 as SystemExit does."""
+    try:
+        settings = parse_settings(["--once", *argv])
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return await run(settings)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +64,9 @@ async def once(*argv: str) -> int:
 )
 async def test_bad_flags_exit_2_with_the_reason(argv, text, capsys) -> None:
     assert await once(*argv) == 2
-    assert text in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert text in err
+    assert err.startswith("mco-reporter: error: ") and err.count("\n") == 1, err
 
 
 async def test_once_writes_the_report_file(tmp_path: Path) -> None:

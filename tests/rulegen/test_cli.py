@@ -70,8 +70,10 @@ def test_render_reports_unwritable_output(capsys):
 def test_render_rejects_bad_names_and_labels(capsys):
     assert main(["render", "--format=prometheusrule", "--name=Not_Valid"]) == 1
     assert "DNS-1123" in capsys.readouterr().err
-    assert main(["render", "--format=prometheusrule", "--label=novalue"]) == 1
-    assert "expected key=value" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a bad flag: exit 2, one line
+        main(["render", "--format=prometheusrule", "--label=novalue"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "mco-rulegen: error: expected key=value, got 'novalue'\n"
 
 
 def test_console_script_entry_point_runs():

@@ -484,10 +484,25 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
         assert "not-a-secret" not in stderr.decode()  # no credentials in the logs
 
 
-def test_cli_rejects_bad_flags():
+@pytest.mark.parametrize(
+    "flag",
+    ["--web.listen-address=nowhere", "--resync=0s", "--resync=soon", "--web.tls-cert-file=/x.pem",
+     "--leader-elect-renew-deadline=20s"],  # the last: longer than the lease duration
+)  # fmt: skip
+def test_cli_rejects_bad_flags(flag, capsys):
     from rulegen.cli import main
 
-    assert main(["controller", "--web.listen-address=nowhere"]) == 2
-    assert main(["controller", "--resync=5"]) == 2
-    assert main(["controller", "--web.tls-cert-file=/x.pem"]) == 2
-    assert main(["controller", "--leader-elect-renew-deadline=20s"]) == 2  # > lease duration
+    with pytest.raises(SystemExit) as exc:
+        main(["controller", flag])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mco-rulegen: error: ") and err.count("\n") == 1, err
+
+
+def test_resync_takes_any_flag_duration():
+    from rulegen.cli import ControllerCommand, parse_settings
+
+    for text, seconds in (("500ms", 0.5), ("1m30s", 90.0), ("5m", 300.0)):
+        command = parse_settings(["controller", f"--resync={text}"])
+        assert isinstance(command, ControllerCommand)
+        assert command.controller.resync_seconds == seconds

@@ -1,0 +1,80 @@
+"""``mco-reporter``'s settings: its flags, parsed once into one frozen object."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from mco.settings import (
+    LeaderSettings,
+    LogSettings,
+    deprecated,
+    leader_settings,
+    log_settings,
+    web_settings,
+)
+from mco.webconfig import WebSettings
+from reporter.layout import DEFAULT_MAX_BYTES, LayoutMode
+from reporter.promql import SourceConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ReporterSettings:
+    source: SourceConfig
+    interval: float = 1.0
+    once: bool = False
+    output: str | None = None  # FILE or "-": write JSON there instead of the API
+    layout: LayoutMode = "auto"
+    max_object_bytes: int = DEFAULT_MAX_BYTES
+    compact: bool = False
+    rule_config: str | None = None
+    epsilon: float = 0.01
+    signal_epsilon: float = 0.05
+    live_within: float | None = None
+    refresh_after: float = 0.0
+    kubeconfig: str | None = None
+    api_timeout: float = 10.0
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    web: WebSettings | None = None  # None: no self-metrics server (--web.listen-address='')
+    log: LogSettings = field(default_factory=LogSettings)
+    deprecated: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ReporterSettings:
+        source = SourceConfig(
+            url=args.prometheus_url,
+            timeout=args.prometheus_timeout,
+            bearer_token_file=args.prometheus_bearer_token_file,
+            basic_auth_user=args.prometheus_basic_auth_user,
+            basic_auth_password_file=args.prometheus_basic_auth_password_file,
+            ca_file=args.prometheus_ca_file,
+            cert_file=args.prometheus_cert_file,
+            key_file=args.prometheus_key_file,
+            insecure_skip_verify=args.prometheus_insecure_skip_verify,
+            headers=dict(args.prometheus_header),
+            compression=args.prometheus_compression,
+            max_answer_bytes=args.prometheus_max_answer_bytes,
+        )
+        source.validate()
+        if args.interval <= 0:
+            raise ValueError("--interval must be positive")
+        return cls(
+            source=source,
+            interval=args.interval,
+            once=args.once,
+            output=args.output,
+            layout=args.layout,
+            max_object_bytes=args.max_object_bytes,
+            compact=args.compact,
+            rule_config=args.rule_config,
+            epsilon=args.epsilon,
+            signal_epsilon=args.signal_epsilon,
+            live_within=args.live_within,
+            refresh_after=args.refresh_after,
+            kubeconfig=args.kubeconfig,
+            api_timeout=args.api_timeout,
+            leader=leader_settings(args),
+            web=web_settings(args) if args.listen else None,
+            log=log_settings(args),
+            deprecated=deprecated(args),
+        )
