@@ -15,7 +15,7 @@ import trustme
 import yaml
 
 USER = "prometheus"
-PASSWORD = "correct horse battery staple"  # noqa: S105  (a test credential)
+PASSWORD = "correct horse battery staple"
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,35 @@
-"""The flag values every console script shares (``mco.flags``), and that each script rejects a
-bad one with exit status 2 and a message instead of a traceback."""
+"""The one settings convention (``mco.flags``, ``mco.settings``) across every console script:
+the same value parsers, one settings object per binary, one error path (exit 2, one line),
+the same web flags on every server, and the old spellings mapped and warned about."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import trustme
 
 from exporter.cli import main as exporter_main
+from exporter.cli import parse_settings as exporter_settings
 from extender.cli import main as extender_main
+from extender.cli import parse_settings as extender_settings
 from mco.flags import FlagError, duration, listen_address, size
-from reporter.cli import build_parser as reporter_parser
-from reporter.cli import run as reporter_run
+from mco.settings import start_logging
+from mco.webconfig import TLSServerConfig
+from reporter.cli import main as reporter_main
+from reporter.cli import parse_settings as reporter_settings
+from rulegen.cli import ControllerCommand
 from rulegen.cli import main as rulegen_main
+from rulegen.cli import parse_settings as rulegen_settings
 
 
 @pytest.mark.parametrize(
     "text,seconds",
     [("250ms", 0.25), ("1s", 1.0), ("1.5s", 1.5), ("2m", 120.0), ("1h", 3600.0), ("7", 7.0),
-     ("1.5", 1.5), (" 30s ", 30.0)],
+     ("1.5", 1.5), (" 30s ", 30.0), ("1m30s", 90.0), ("1h2m3.5s", 3723.5), ("1s500ms", 1.5),
+     ("0s", 0.0)],
 )  # fmt: skip
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
@@ -43,7 +54,8 @@ def test_listen_addresses(text: str, address: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize("parse,text", [
-    (duration, "soon"), (duration, "-1s"), (duration, ""), (duration, "1d"),
+    (duration, "soon"), (duration, "-1s"), (duration, ""), (duration, "1d"), (duration, "1s1m"),
+    (duration, "1m1m"), (duration, "1m 30s"), (duration, "ms"), (duration, "1m30"),
     (size, "1Ti"), (size, "-5"), (size, "lots"),
     (listen_address, "nope"), (listen_address, ":99999"), (listen_address, "host:"),
 ])  # fmt: skip
@@ -56,11 +68,140 @@ def test_bad_values_say_what_was_expected(parse, text: str) -> None:
         parser.parse_args(["--x", text])
 
 
-async def test_a_bad_listen_address_is_a_flag_error_for_every_server(capsys) -> None:
-    bad = "--web.listen-address=localhost:metrics"
-    args = reporter_parser().parse_args(["--prometheus-url=http://127.0.0.1:1", "--output=-", bad])
-    assert await reporter_run(args) == 2
-    assert "listen address must be [host]:port" in capsys.readouterr().err
-    assert exporter_main([bad]) == 2
-    assert extender_main(["--listen=localhost:http"]) == 2
-    assert rulegen_main(["controller", bad]) == 2
+Main = Callable[[list[str]], int]
+_REPORTER = ["--prometheus-url=http://127.0.0.1:1", "--output=-"]
+# Every console script (and subcommand), with the flags it needs to get as far as the bad one.
+BINARIES: list[tuple[str, Main, list[str]]] = [
+    ("mco-exporter", exporter_main, []),
+    ("mco-extender", extender_main, []),
+    ("mco-extender", extender_main, ["serve"]),
+    ("mco-reporter", reporter_main, _REPORTER),
+    ("mco-rulegen", rulegen_main, ["controller"]),
+]
+
+
+def exits_2_with_one_line(main: Main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    return err
+
+
+@pytest.mark.parametrize("prog,main,base", BINARIES)
+@pytest.mark.parametrize(
+    "bad,reason",
+    [("--web.listen-address=localhost:metrics", "listen address must be [host]:port"),
+     ("--no-such-flag", "unrecognized arguments: --no-such-flag"),
+     ("--log.level=loud", "argument --log.level: invalid choice: 'loud'")],
+)  # fmt: skip
+def test_a_bad_flag_exits_2_with_one_line_in_every_binary(prog, main, base, bad, reason, capsys):
+    err = exits_2_with_one_line(main, [*base, bad], capsys)
+    assert err.startswith(f"{prog}: error: {reason}"), err
+
+
+@pytest.mark.parametrize(
+    "prog,main,argv",
+    [("mco-extender", extender_main, ["print-config"]),  # --volcano or --kube-scheduler
+     ("mco-extender", extender_main, ["print-config", "--volcano", "--url=ftp://x"]),
+     ("mco-rulegen", rulegen_main, ["render", "--label=novalue"]),
+     ("mco-rulegen", rulegen_main, ["controller", "--resync=soon"]),
+     ("mco-reporter", reporter_main, [*_REPORTER, "--interval=1d"]),
+     ("mco-reporter", reporter_main, ["--output=-"])],  # --prometheus-url is required
+)  # fmt: skip
+def test_subcommands_and_values_fail_the_same_way(prog, main, argv, capsys):
+    assert exits_2_with_one_line(main, argv, capsys).startswith(f"{prog}: error: ")
+
+
+@pytest.mark.parametrize("prog,main,base", BINARIES)
+@pytest.mark.parametrize(
+    "content,reason",
+    [("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  bogus: 1\n",
+      "unknown key 'bogus' in tls_server_config"),
+     ("basic_auth_users:\n  prom: not-a-hash\n", "basic_auth_users.prom is not a bcrypt hash"),
+     ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n",
+      "cannot load cert_file"),
+     ("[unclosed", "not YAML")],
+)  # fmt: skip
+def test_a_bad_web_config_file_exits_2_with_one_line_in_every_server(
+    prog, main, base, content, reason, tmp_path, capsys
+):
+    config = tmp_path / "web.yml"
+    config.write_text(content)
+    err = exits_2_with_one_line(main, [*base, f"--web.config.file={config}"], capsys)
+    assert err.startswith(f"{prog}: error: {config}: "), err
+    assert reason in err
+
+
+@pytest.fixture
+def pem(tmp_path: Path) -> dict[str, str]:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    files = {"cert": tmp_path / "tls.crt", "key": tmp_path / "tls.key", "ca": tmp_path / "ca.crt"}
+    leaf.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    leaf.private_key_pem.write_to_path(str(files["key"]))
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    return {k: str(v) for k, v in files.items()}
+
+
+def test_the_extenders_old_flags_map_onto_the_web_settings(pem, capsys) -> None:
+    s = extender_settings(
+        ["--listen=127.0.0.1:9999", f"--tls-cert={pem['cert']}", f"--tls-key={pem['key']}",
+         f"--client-ca={pem['ca']}"]
+    )  # fmt: skip
+    assert (s.web.host, s.web.port) == ("127.0.0.1", 9999)
+    assert s.web.config.tls == TLSServerConfig(
+        pem["cert"], pem["key"], pem["ca"], "RequireAndVerifyClientCert"
+    )
+    assert s.web.config.ssl_context is not None
+    assert len(s.deprecated) == 4
+    start_logging(s.log, s.deprecated)
+    err = capsys.readouterr().err
+    for old, new in (
+        ("--listen", "--web.listen-address"),
+        ("--tls-cert", "--web.config.file"),
+        ("--tls-key", "--web.config.file"),
+        ("--client-ca", "--web.config.file"),
+    ):
+        assert err.count(f"{old} is deprecated and will be removed; use {new}") == 1, err
+    # The long spellings of the same flags too.
+    long = extender_settings([f"--tls-cert-file={pem['cert']}", f"--tls-key-file={pem['key']}"])
+    assert long.web.config.tls == TLSServerConfig(pem["cert"], pem["key"])
+    assert (long.web.host, long.web.port) == ("", 9848)  # every interface, both families
+
+
+def test_the_web_tls_flags_map_onto_the_web_settings_everywhere(pem) -> None:
+    old = [f"--web.tls-cert-file={pem['cert']}", f"--web.tls-key-file={pem['key']}"]
+    expected = TLSServerConfig(pem["cert"], pem["key"])
+    controller = rulegen_settings(["controller", *old])
+    assert isinstance(controller, ControllerCommand)
+    reporter = reporter_settings([*_REPORTER, *old])
+    assert reporter.web is not None
+    for s in (exporter_settings(old), reporter, controller):
+        assert s.web is not None and s.web.config.tls == expected
+        assert len(s.deprecated) == 2
+    with_ca = exporter_settings([*old, f"--web.tls-client-ca-file={pem['ca']}"])
+    assert with_ca.web.config.tls is not None
+    assert with_ca.web.config.tls.client_auth_type == "RequireAndVerifyClientCert"
+
+
+def test_old_tls_flags_and_a_web_config_file_do_not_mix(pem, tmp_path, capsys) -> None:
+    config = tmp_path / "web.yml"
+    config.write_text("{}\n")
+    err = exits_2_with_one_line(
+        exporter_main, [f"--web.config.file={config}", f"--web.tls-cert-file={pem['cert']}"],
+        capsys,
+    )  # fmt: skip
+    assert "cannot be combined" in err
+
+
+def test_default_listen_addresses_are_every_interface_of_both_families() -> None:
+    controller = rulegen_settings(["controller"])
+    assert isinstance(controller, ControllerCommand)
+    reporter = reporter_settings(_REPORTER)
+    assert reporter.web is not None
+    for web, port in ((exporter_settings([]).web, 9847), (extender_settings([]).web, 9848),
+                      (reporter.web, 9849), (controller.web, 9850)):  # fmt: skip
+        assert (web.host, web.port, web.bind_host) == ("", port, None)
+    assert reporter_settings([*_REPORTER, "--web.listen-address="]).web is None

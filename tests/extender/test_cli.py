@@ -19,6 +19,7 @@ from extender.cli import build_parser, main, parse_settings
 from scripts.procs import Managed, free_port, wait_until
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, metric, write_reports
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
 
 
 def printed(*argv: str) -> tuple[str, Any]:
@@ -184,6 +185,35 @@ def extender(tmp_path: Path, port: int, *args: str) -> Managed:
         name="mco-extender",
         log_path=tmp_path / "extender.log",
     )
+
+
+@pytest.mark.slow
+def test_web_config_file_tls_basic_auth_and_client_certificates(tmp_path, report):
+    """The exporter-toolkit web config on ':PORT' (both address families): every route,
+    health included, needs the client certificate and the password."""
+    web = secured_web(tmp_path)
+    port = free_port()
+    with Managed(
+        [sys.executable, "-m", "extender", "serve", f"--web.listen-address=:{port}",
+         f"--report-file={report}", f"--web.config.file={web.config_file}"],
+        name="mco-extender",
+        log_path=tmp_path / "extender.log",
+    ) as proc:  # fmt: skip
+        proc.wait_http(f"https://127.0.0.1:{port}/readyz", verify=web.ca_file, cert=web.client,
+                       auth=(USER, PASSWORD))  # fmt: skip
+        for host in hosts():
+            assert_secured(port, "/healthz", web, host=host)
+        url = f"https://127.0.0.1:{port}/volcano/predicate"
+        body = bodies.volcano_predicate("n1")
+        unauthorized = requests.post(
+            url, data=body, verify=web.ca_file, cert=web.client, timeout=10
+        )
+        assert unauthorized.status_code == 401
+        answer = requests.post(url, data=body, auth=(USER, PASSWORD), verify=web.ca_file,
+                               cert=web.client, timeout=10)  # fmt: skip
+        assert answer.json() == {"status": "", "code": 0}
+        assert proc.alive
+    assert PASSWORD not in proc.log_tail(200)
 
 
 @pytest.mark.slow

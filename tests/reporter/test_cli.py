@@ -21,10 +21,11 @@ from reporter.cli import parse_settings, run
 from reporter.engine import Reporter
 from reporter.query import Kind, Plan
 from rulegen import series
-from scripts.procs import free_port
+from scripts.procs import Managed, free_port
 from tests.reporter.conftest import validate_object, write_kubeconfig
 from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import quiet_values
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
 
 PLAN = Plan(compact=False)
 
@@ -317,3 +318,41 @@ async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
         at = time.time()
         assert (await writable.cycle(at=at)).ok
         assert gauge(writable.metrics) == at
+
+
+@pytest.mark.slow
+def test_self_metrics_serve_the_web_config_file(tmp_path: Path) -> None:
+    """TLS, client certificates, basic auth and headers from --web.config.file, on ':PORT'
+    (IPv4 and IPv6); the PromQL source may be down, the server is up regardless."""
+    web = secured_web(tmp_path)
+    port = free_port()
+    with Managed(
+        [sys.executable, "-m", "reporter", "--prometheus-url=http://127.0.0.1:1",
+         f"--output={tmp_path / 'report.json'}", f"--web.listen-address=:{port}",
+         f"--web.config.file={web.config_file}"],
+        name="mco-reporter",
+        log_path=tmp_path / "reporter.log",
+    ) as proc:  # fmt: skip
+        proc.wait_http(f"https://127.0.0.1:{port}/metrics", verify=web.ca_file, cert=web.client,
+                       auth=(USER, PASSWORD))  # fmt: skip
+        for host in hosts():
+            assert_secured(port, "/metrics", web, host=host)
+        assert proc.alive
+
+
+@pytest.mark.slow
+def test_deprecated_tls_flags_still_serve_and_warn(tmp_path: Path) -> None:
+    web = secured_web(tmp_path)  # its certificates, without the file
+    cert, key = str(tmp_path / "server.crt"), str(tmp_path / "server.key")
+    port = free_port()
+    with Managed(
+        [sys.executable, "-m", "reporter", "--prometheus-url=http://127.0.0.1:1",
+         f"--output={tmp_path / 'report.json'}", f"--web.listen-address=127.0.0.1:{port}",
+         f"--web.tls-cert-file={cert}", f"--web.tls-key-file={key}"],
+        name="mco-reporter",
+        log_path=tmp_path / "reporter.log",
+    ) as proc:  # fmt: skip
+        proc.wait_http(f"https://127.0.0.1:{port}/metrics", verify=web.ca_file)
+    logged = proc.log_tail(100)
+    for old in ("--web.tls-cert-file", "--web.tls-key-file"):
+        assert logged.count(f"{old} is deprecated") == 1, logged

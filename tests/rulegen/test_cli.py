@@ -12,6 +12,9 @@ import yaml
 
 from rulegen.cli import main
 from rulegen.generate import RULES_PATH
+from scripts.procs import Managed, free_port
+from tests.reporter.conftest import write_kubeconfig
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
@@ -123,3 +126,25 @@ def test_render_refuses_hostile_configs_with_one_line_and_exit_1(tmp_path, capsy
     (line,) = captured.err.splitlines()
     assert line.startswith(f"mco-rulegen: invalid DetectionRuleConfig: {path}: ")
     assert reason in line and len(line) < 400
+
+
+@pytest.mark.slow
+def test_controller_metrics_and_health_serve_the_web_config_file(tmp_path: Path) -> None:
+    """The controller's /metrics and /healthz behind --web.config.file on ':PORT' (IPv4 and
+    IPv6); the API server may be unreachable, the server is up regardless."""
+    web = secured_web(tmp_path)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    port = free_port()
+    with Managed(
+        [sys.executable, "-m", "rulegen", "controller", f"--kubeconfig={kubeconfig}",
+         "--no-leader-elect", f"--web.listen-address=:{port}",
+         f"--web.config.file={web.config_file}"],
+        name="mco-rulegen",
+        log_path=tmp_path / "rulegen.log",
+    ) as proc:  # fmt: skip
+        proc.wait_http(f"https://127.0.0.1:{port}/healthz", verify=web.ca_file, cert=web.client,
+                       auth=(USER, PASSWORD))  # fmt: skip
+        for host in hosts():
+            assert_secured(port, "/metrics", web, host=host)
+            assert_secured(port, "/healthz", web, host=host)
+        assert proc.alive

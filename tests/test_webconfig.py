@@ -1,0 +1,180 @@
+"""``mco.webconfig``: the exporter-toolkit web configuration file, validated as the toolkit
+validates it, and served (TLS, basic auth, headers, both address families) by a real aiohttp
+server to a real aiohttp client."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+
+import aiohttp
+import bcrypt
+import pytest
+import yaml
+from aiohttp import web
+
+from mco import webconfig
+from mco.webconfig import BasicAuth, WebConfigError, WebSettings
+from scripts.procs import free_port
+from tests.secured_web import PASSWORD, USER, hosts, secured_web
+
+
+def write(tmp_path: Path, doc: object) -> str:
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_paths_are_relative_to_the_file_and_the_context_is_built(tmp_path: Path) -> None:
+    web = secured_web(tmp_path)
+    config = webconfig.load(str(web.config_file))
+    assert config.tls is not None
+    assert config.tls.cert_file == str(tmp_path / "server.crt")
+    assert config.tls.client_ca_file == str(tmp_path / "ca.crt")
+    assert config.ssl_context is not None
+    assert config.ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert config.ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert config.scheme == "https" and config.auth is not None
+    assert config.headers == {"X-Frame-Options": "deny"}
+
+
+def test_without_tls_server_config_it_is_plain_http_with_auth(tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    config = webconfig.load(write(tmp_path, {"basic_auth_users": {"u": hashed}}))
+    assert config.ssl_context is None and config.scheme == "http"
+    assert config.auth is not None and not config.plain
+    assert webconfig.load(write(tmp_path, {})).plain
+    assert webconfig.load(write(tmp_path, {"tls_server_config": {}})).ssl_context is None
+
+
+@pytest.mark.parametrize(
+    "tls,reason",
+    [({"key_file": None}, "tls_server_config.key_file is missing"),
+     ({"client_ca_file": "ca.crt", "client_auth_type": "NoClientCert"},
+      "client_ca_file is set but client_auth_type is NoClientCert"),
+     ({"client_auth_type": "RequireAndVerifyClientCert"}, "needs client_ca_file"),
+     ({"client_auth_type": "RequireAnyClientCert", "client_ca_file": "ca.crt"},
+      "accepts unverified client certificates"),
+     ({"client_auth_type": "Whatever"}, "client_auth_type must be one of"),
+     ({"min_version": "TLS11"}, "min_version must be one of TLS12, TLS13"),
+     ({"min_version": "TLS13", "max_version": "TLS12"}, "min_version is above max_version"),
+     ({"cipher_suites": ["TLS_AES_128_GCM_SHA256"]}, "cipher_suites is not supported"),
+     ({"key_file": "ca.crt"}, "cannot load cert_file")],
+)  # fmt: skip
+def test_bad_tls_server_configs_name_the_problem(tmp_path: Path, tls, reason) -> None:
+    secured_web(tmp_path)  # the certificate files
+    doc = {
+        k: v for k, v in {"cert_file": "server.crt", "key_file": "server.key", **tls}.items() if v
+    }
+    path = write(tmp_path, {"tls_server_config": doc})
+    with pytest.raises(WebConfigError) as exc:
+        webconfig.load(path)
+    assert str(exc.value).startswith(f"{path}: ") and reason in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "doc,reason",
+    [({"tls_config": {}}, "unknown key 'tls_config' in the file"),
+     ({"http_server_config": {"headers": {"X-Custom": "1"}}}, "'X-Custom' can not be configured"),
+     ({"http_server_config": {"headers": {"X-Frame-Options": "allow"}}}, "must be one of deny"),
+     ({"http_server_config": {"header": {}}}, "unknown key 'header' in http_server_config"),
+     ({"basic_auth_users": {"u": "plaintext"}}, "basic_auth_users.u is not a bcrypt hash"),
+     ({"basic_auth_users": ["u"]}, "basic_auth_users must be a mapping"),
+     ([1, 2], "the file must be a mapping")],
+)  # fmt: skip
+def test_unknown_keys_and_bad_values_are_refused(tmp_path: Path, doc, reason) -> None:
+    with pytest.raises(WebConfigError, match=reason):
+        webconfig.load(write(tmp_path, doc))
+
+
+def test_a_missing_file_is_a_web_config_error(tmp_path: Path) -> None:
+    with pytest.raises(WebConfigError, match="cannot read"):
+        webconfig.load(str(tmp_path / "absent.yml"))
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_basic_auth_verifies_with_bcrypt_and_caches_per_password(monkeypatch) -> None:
+    auth = BasicAuth({"u": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()})
+    calls: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counting(password: bytes, hashed: bytes) -> bool:
+        calls.append(password)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+    assert auth.cached(basic("u", "right")) is None
+    assert auth.verify(basic("u", "right")) is True
+    assert auth.verify(basic("u", "right")) is True and len(calls) == 1  # cached
+    assert auth.cached(basic("u", "right")) is True
+    assert auth.verify(basic("u", "wrong")) is False  # another password: bcrypt again
+    assert auth.verify(basic("nobody", "right")) is False  # decoy hash, same cost
+    assert calls == [b"right", b"wrong", b"right"]
+    for header in (
+        None,
+        "",
+        "Bearer x",
+        "Basic !!!",
+        "Basic " + base64.b64encode(b"nocolon").decode(),
+    ):
+        assert auth.verify(header) is False
+    assert auth.verify(basic("u", "x" * 100)) is False  # bcrypt refuses > 72 bytes: no crash
+
+
+async def serve(
+    tmp_path: Path, config: webconfig.WebConfig, host: str = ""
+) -> tuple[web.AppRunner, int]:
+    async def hello(_: web.Request) -> web.Response:
+        return web.Response(text="hello")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    port = free_port()
+    runner = await webconfig.start(app, WebSettings(host, port, config))
+    return runner, port
+
+
+RIGHT = {"Authorization": basic(USER, PASSWORD)}
+WRONG = {"Authorization": basic(USER, "no")}
+
+
+async def test_an_aiohttp_server_with_tls_and_basic_auth(tmp_path: Path) -> None:
+    web_ = secured_web(tmp_path, client_auth="NoClientCert")
+    runner, port = await serve(tmp_path, webconfig.load(str(web_.config_file)))
+    ctx = ssl.create_default_context(cafile=web_.ca_file)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for host in hosts():  # ':PORT': both address families
+                url = f"https://{host}:{port}"
+                async with session.get(url, ssl=ctx, headers=RIGHT) as r:
+                    assert (r.status, await r.text()) == (200, "hello")
+                    assert r.headers["X-Frame-Options"] == "deny"
+                async with session.get(url, ssl=ctx, headers=WRONG) as r:
+                    assert r.status == 401 and r.headers["WWW-Authenticate"] == "Basic"
+                async with session.get(f"{url}/absent", ssl=ctx) as r:
+                    assert r.status == 401  # auth before routing: no path is open
+                async with session.get(f"{url}/absent", ssl=ctx, headers=RIGHT) as r:
+                    assert r.status == 404 and r.headers["X-Frame-Options"] == "deny"
+                with pytest.raises(aiohttp.ClientError):
+                    async with session.get(f"http://{host}:{port}/") as r:
+                        await r.read()
+    finally:
+        await runner.cleanup()
+
+
+async def test_no_host_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
+    if len(hosts()) < 2:
+        pytest.skip("no IPv6 loopback on this machine")
+    runner, port = await serve(tmp_path, webconfig.WebConfig())
+    try:
+        async with aiohttp.ClientSession() as session:
+            for host in ("127.0.0.1", "[::1]"):
+                async with session.get(f"http://{host}:{port}/") as r:
+                    assert r.status == 200
+    finally:
+        await runner.cleanup()
