@@ -6,11 +6,13 @@ docs/web-configuration.md), so an operator secures all of them one way::
     tls_server_config: {cert_file, key_file, client_ca_file, client_auth_type,
                         min_version, max_version}
     basic_auth_users: {user: bcrypt hash}
+    auth_excluded_paths: [/healthz, ...]
     http_server_config: {headers: {...}}
 
 As in the toolkit: unknown keys are an error, relative paths are relative to the file's
 directory, a file without ``tls_server_config`` serves plain HTTP (still with basic auth and
-headers), basic auth applies to every path, and a bcrypt verification is cached per
+headers), basic auth applies to every path but those in ``auth_excluded_paths`` (the
+toolkit's key, which the chart uses for kubelet probes), and a bcrypt verification is cached per
 (user, hash, password) because bcrypt is slow on purpose. One ``WebConfig`` gives the
 ``ssl.SSLContext`` and the authentication and headers, as an aiohttp middleware (``install``)
 or a WSGI wrapper (``wsgi``, the exporter's prometheus_client server).
@@ -52,7 +54,12 @@ HEADERS: Final[Mapping[str, tuple[str, ...]]] = {
     "X-XSS-Protection": (),
     "Content-Security-Policy": (),
 }
-_TOP_KEYS: Final = ("tls_server_config", "http_server_config", "basic_auth_users")
+_TOP_KEYS: Final = (
+    "tls_server_config",
+    "http_server_config",
+    "basic_auth_users",
+    "auth_excluded_paths",
+)
 _TLS_KEYS: Final = (
     "cert_file",
     "key_file",
@@ -141,6 +148,7 @@ class WebConfig:
     tls: TLSServerConfig | None = None
     users: Mapping[str, str] = field(default_factory=dict)  # user -> bcrypt hash
     headers: Mapping[str, str] = field(default_factory=dict)
+    auth_excluded_paths: frozenset[str] = frozenset()  # exact paths served without basic auth
     source: str = ""  # the file, for messages; "" when nothing was configured
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     auth: BasicAuth | None = field(default=None, compare=False, repr=False)
@@ -255,6 +263,11 @@ def _parse(doc: object, base: str, source: str) -> WebConfig:
             raise WebConfigError(f"header {name} must be one of {', '.join(allowed)}, got {text!r}")
         if "\n" in text or "\r" in text:
             raise WebConfigError(f"header {name} contains a line break")
+    excluded = top.get("auth_excluded_paths") or []
+    if not isinstance(excluded, list) or not all(
+        isinstance(p, str) and p.startswith("/") for p in excluded
+    ):
+        raise WebConfigError("auth_excluded_paths must be a list of paths like /healthz")
     users = _mapping(top.get("basic_auth_users") or {}, "basic_auth_users", None)
     for user, hashed in users.items():
         if not isinstance(user, str) or not user or ":" in user:
@@ -265,6 +278,7 @@ def _parse(doc: object, base: str, source: str) -> WebConfig:
         tls=tls,
         users={str(u): str(h) for u, h in users.items()},
         headers={str(k): str(v) for k, v in headers.items()},
+        auth_excluded_paths=frozenset(excluded),
         source=source,
     )
 
@@ -381,11 +395,13 @@ def install(app: web.Application, config: WebConfig) -> None:
     Nothing is added when the configuration asks for neither, so a plain server pays nothing.
     """
     if config.auth is not None:
-        auth = config.auth
+        auth, open_paths = config.auth, config.auth_excluded_paths
 
         @web.middleware
         async def authenticate(request: web.Request, handler: _Handler) -> web.StreamResponse:
-            if await auth.verify_async(request.headers.get("Authorization")):
+            if request.path in open_paths or await auth.verify_async(
+                request.headers.get("Authorization")
+            ):
                 return await handler(request)
             return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED)
 
@@ -412,7 +428,11 @@ def wsgi(app: _WSGIApp, config: WebConfig) -> _WSGIApp:
         def start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
             return start_response(status, headers + extra, *exc)
 
-        if config.auth is not None and not config.auth.verify(environ.get("HTTP_AUTHORIZATION")):
+        if (
+            config.auth is not None
+            and environ.get("PATH_INFO", "") not in config.auth_excluded_paths
+            and not config.auth.verify(environ.get("HTTP_AUTHORIZATION"))
+        ):
             start("401 Unauthorized", [("Content-Type", "text/plain"), *_UNAUTHORIZED.items()])
             return [b"Unauthorized\n"]
         return app(environ, start)

@@ -82,6 +82,7 @@ def test_bad_tls_server_configs_name_the_problem(tmp_path: Path, tls, reason) ->
      ({"http_server_config": {"header": {}}}, "unknown key 'header' in http_server_config"),
      ({"basic_auth_users": {"u": "plaintext"}}, "basic_auth_users.u is not a bcrypt hash"),
      ({"basic_auth_users": ["u"]}, "basic_auth_users must be a mapping"),
+     ({"auth_excluded_paths": "healthz"}, "auth_excluded_paths must be a list of paths"),
      ([1, 2], "the file must be a mapping")],
 )  # fmt: skip
 def test_unknown_keys_and_bad_values_are_refused(tmp_path: Path, doc, reason) -> None:
@@ -134,6 +135,7 @@ async def serve(
 
     app = web.Application()
     app.router.add_get("/", hello)
+    app.router.add_get("/healthz", hello)
     port = free_port()
     runner = await webconfig.start(app, WebSettings(host, port, config))
     return runner, port
@@ -146,6 +148,10 @@ WRONG = {"Authorization": basic(USER, "no")}
 async def test_an_aiohttp_server_with_tls_and_basic_auth(tmp_path: Path) -> None:
     web_ = secured_web(tmp_path, client_auth="NoClientCert")
     runner, port = await serve(tmp_path, webconfig.load(str(web_.config_file)))
+    doc = yaml.safe_load(web_.config_file.read_text())
+    probe_runner, probe_port = await serve(
+        tmp_path, webconfig.load(write(tmp_path, {**doc, "auth_excluded_paths": ["/healthz"]}))
+    )
     ctx = ssl.create_default_context(cafile=web_.ca_file)
     try:
         async with aiohttp.ClientSession() as session:
@@ -163,8 +169,15 @@ async def test_an_aiohttp_server_with_tls_and_basic_auth(tmp_path: Path) -> None
                 with pytest.raises(aiohttp.ClientError):
                     async with session.get(f"http://{host}:{port}/") as r:
                         await r.read()
+            # auth_excluded_paths: the probe path is open, nothing else is.
+            url = f"https://127.0.0.1:{probe_port}"
+            async with session.get(f"{url}/healthz", ssl=ctx) as r:
+                assert r.status == 200 and r.headers["X-Frame-Options"] == "deny"
+            async with session.get(f"{url}/", ssl=ctx) as r:
+                assert r.status == 401
     finally:
         await runner.cleanup()
+        await probe_runner.cleanup()
 
 
 async def test_no_host_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:

@@ -4,16 +4,20 @@ configuration it ships is what `mco-extender print-config` prints."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from exporter.cli import build_parser as exporter_parser
 from exporter.registry import specs
 from extender import print_config
 from extender.cli import build_parser as extender_parser
+from mco import webconfig
 from mco.flags import listen_address
+from mco.webconfig import TLSServerConfig, WebConfig
 from rulegen.model import DetectionRuleConfig
 from tests.chart.helm import merge, render, render_scenario, scenario_values
 
@@ -25,7 +29,25 @@ def container(rendered: Any, kind: str, suffix: str) -> dict[str, Any]:
     return result
 
 
-def test_exporter_accepts_the_chart_arguments() -> None:
+def served_web_config(rendered: Any, component: str, tmp_path: Path) -> WebConfig:
+    """The component's web-config Secret as its server loads it, with the chart's mount paths
+    pointed at real certificates: what the pod would run with."""
+    text = rendered.one("Secret", f"-{component}-web-config")["stringData"]["web-config.yml"]
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    path = tmp_path / "web-config.yml"
+    path.write_text(text.replace("/etc/mco/tls/", f"{tmp_path}/"))
+    return webconfig.load(str(path))
+
+
+def mounts(c: dict[str, Any]) -> dict[str, str]:
+    return {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+
+
+def test_exporter_accepts_the_chart_arguments(tmp_path: Path) -> None:
     values = {
         "exporter": {
             "collectors": {"perf_llc": False, "biolatency": True},
@@ -33,24 +55,33 @@ def test_exporter_accepts_the_chart_arguments() -> None:
             "tls": {"enabled": True, "secretName": "s", "clientAuth": True},
         }
     }
-    c = container(render(values), "DaemonSet", "-exporter")
+    rendered = render(values)
+    c = container(rendered, "DaemonSet", "-exporter")
     assert c["command"] == ["mco-exporter"]
     args = exporter_parser(specs()).parse_args(c["args"])
     assert (args.procfs, args.sysfs, args.rootfs) == ("/host/proc", "/host/sys", "/host/root")
     assert args.listen == ":9847"
     assert args.collector_perf_llc is False and args.collector_biolatency is True
     assert getattr(args, "option_kata.shim-paths") == "/opt/kata/bin/containerd-shim-kata-v2"
-    assert args.tls_cert_file == "/etc/mco/tls/tls.crt"
-    assert args.tls_client_ca_file == "/etc/mco/tls/ca.crt"
-    mounted = {m["mountPath"] for m in c["volumeMounts"]}
-    assert "/etc/mco/tls" in mounted
+    assert args.web_config_file == "/etc/mco/web/web-config.yml"
+    assert mounts(c)["/etc/mco/tls"] == "tls" and mounts(c)["/etc/mco/web"] == "web-config"
+    config = served_web_config(rendered, "exporter", tmp_path)
+    assert config.tls == TLSServerConfig(
+        f"{tmp_path}/tls.crt", f"{tmp_path}/tls.key", f"{tmp_path}/ca.crt",
+        "RequireAndVerifyClientCert",
+    )  # fmt: skip
+    assert not any(
+        a.startswith(("--web.tls", "--tls", "--listen", "--client-ca")) for a in c["args"]
+    )
 
 
 def test_extender_accepts_the_chart_arguments_and_follows_the_model() -> None:
     c = container(render_scenario("full"), "Deployment", "-extender")
     assert c["command"] == ["mco-extender"]
     args = extender_parser().parse_args(c["args"])
-    assert listen_address(args.listen)[1] == 9848
+    assert listen_address(args.listen) == ("", 9848)  # every interface, IPv4 and IPv6
+    assert "--web.listen-address=:9848" in c["args"]
+    assert not getattr(args, "deprecated_flags", None)
     assert args.workers == 1
     default = DetectionRuleConfig.default()
     assert args.stale_after == default.report.stale_after
@@ -58,21 +89,62 @@ def test_extender_accepts_the_chart_arguments_and_follows_the_model() -> None:
     assert args.report_file is None  # reports come from the Kubernetes API in a cluster
 
 
-def test_extender_tls_arguments() -> None:
+def test_extender_tls_values_become_its_web_config(tmp_path: Path) -> None:
     values = {"extender": {"tls": {"enabled": True, "secretName": "x", "clientAuth": True}}}
     rendered = render(values)
     c = container(rendered, "Deployment", "-extender")
     args = extender_parser().parse_args(c["args"])
-    assert (args.tls_cert_file, args.tls_key_file, args.tls_client_ca_file) == (
-        "/etc/mco/tls/tls.crt",
-        "/etc/mco/tls/tls.key",
-        "/etc/mco/tls/ca.crt",
-    )
-    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert args.web_config_file == "/etc/mco/web/web-config.yml"
+    assert not getattr(args, "deprecated_flags", None)
+    config = served_web_config(rendered, "extender", tmp_path)
+    assert config.tls == TLSServerConfig(
+        f"{tmp_path}/tls.crt", f"{tmp_path}/tls.key", f"{tmp_path}/ca.crt",
+        "RequireAndVerifyClientCert",
+    )  # fmt: skip
+    # The kubelet has no client certificate: with one required, the probes check the port.
+    assert c["readinessProbe"] == {"tcpSocket": {"port": "https"}, "periodSeconds": 5}
+    assert mounts(c)["/etc/mco/web"] == "web-config"
+    template = rendered.one("Deployment", "-extender")["spec"]["template"]
+    assert "checksum/web-config" in template["metadata"]["annotations"]
     volumes = rendered.one("Deployment", "-extender")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": "x"}} in volumes
     service = rendered.one("Service", "-extender")
     assert service["spec"]["ports"][0]["name"] == "https"
+    # Without client certificates the kubelet probes /readyz over HTTPS.
+    one_way = render({"extender": {"tls": {"enabled": True, "secretName": "x"}}})
+    probe = container(one_way, "Deployment", "-extender")["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+
+
+HASH = "$2b$04$" + "a" * 53
+
+
+@pytest.mark.parametrize("component", ["reporter", "rulegen", "extender", "exporter"])
+def test_web_config_values_reach_every_server(component: str, tmp_path: Path) -> None:
+    """basic_auth_users and headers from values, in the Secret the server is started with;
+    the components probed over HTTP get their probe paths opened for the kubelet."""
+    web = {"basic_auth_users": {"prometheus": HASH},
+           "http_server_config": {"headers": {"X-Frame-Options": "deny"}}}  # fmt: skip
+    values = merge(scenario_values("full"), {component: {"webConfig": web}})
+    rendered = render(values)
+    kind = "DaemonSet" if component == "exporter" else "Deployment"
+    c = container(rendered, kind, f"-{component}")
+    assert "--web.config.file=/etc/mco/web/web-config.yml" in c["args"]
+    assert mounts(c)["/etc/mco/web"] == "web-config"
+    config = served_web_config(rendered, component, tmp_path)
+    assert config.users == {"prometheus": HASH} and config.headers == {"X-Frame-Options": "deny"}
+    assert config.ssl_context is None
+    probed = component in ("rulegen", "extender")
+    assert config.auth_excluded_paths == ({"/healthz", "/readyz"} if probed else set())
+    if probed:
+        assert c["readinessProbe"]["httpGet"]["path"] in config.auth_excluded_paths
+    others = {"reporter", "rulegen", "extender", "exporter"} - {component}
+    for other in others:
+        kind = "DaemonSet" if other == "exporter" else "Deployment"
+        assert not any(
+            a.startswith("--web.config.file")
+            for a in container(rendered, kind, f"-{other}")["args"]
+        )
 
 
 def test_extender_staleness_follows_a_tuned_detection_rule_config() -> None:

@@ -100,7 +100,7 @@ def test_wheel_built_from_the_copied_paths_holds_everything(tmp_path: Path) -> N
         "rulegen/templates/groups.yaml.j2",
         "reporter/cli.py",
         "extender/cli.py",
-        "mco/tls.py",
+        "mco/webconfig.py",
     ):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("rulegen/dashboards/")], "a dev-only generator"

@@ -193,10 +193,14 @@ spec:
   endpoints:
     - port: metrics
       path: /metrics
-      scheme: {{ default "http" .scheme }}
+      scheme: {{ include "mco.webScheme" $sel }}
       interval: {{ $c.serviceMonitor.interval }}
-      {{- with .tlsConfig }}
+      {{- with $c.serviceMonitor.tlsConfig }}
       tlsConfig:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $c.serviceMonitor.basicAuth }}
+      basicAuth:
         {{- toYaml . | nindent 8 }}
       {{- end }}
 {{- end }}

@@ -116,7 +116,7 @@ seccompProfile:
 {{- end -}}
 
 {{- define "mco.extenderScheme" -}}
-{{- if .Values.extender.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- include "mco.webScheme" (dict "ctx" . "component" "extender") -}}
 {{- end -}}
 
 {{/* Base URL of the extender inside the cluster. */}}
