@@ -206,7 +206,7 @@ def _bench(workdir: Path, rounds: int, *, quick: bool) -> int:
     # 16 concurrent 44 MB prioritize bodies (the queueing measurement below) pass the default
     # body budget by design (they would get 503): the bench raises it to measure speed.
     extender = Managed(
-        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{ext_port}",
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{ext_port}",
          f"--report-file={report}", "--stale-after=24h", "--workers=1", "--log.level=warn",
          "--max-body-memory=1GiB"],
         name="mco-extender", log_path=workdir / "extender.log",

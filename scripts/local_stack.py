@@ -138,7 +138,7 @@ class LocalStack:
                 python,
                 "-m",
                 "extender",
-                f"--listen=127.0.0.1:{self.ports.extender}",
+                f"--web.listen-address=127.0.0.1:{self.ports.extender}",
                 f"--report-file={self.report_path}",
                 f"--stale-after={self.config.report.stale_after}s",
                 f"--neutral-score={self.config.report.neutral_score}",

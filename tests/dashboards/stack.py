@@ -248,7 +248,9 @@ def stack(workdir: Path) -> Iterator[Stack]:
     )
     extender_url = f"http://127.0.0.1:{extender_port}"
     extender = Managed(
-        _python("extender", f"--listen=127.0.0.1:{extender_port}", f"--report-file={report}"),
+        _python(
+            "extender", f"--web.listen-address=127.0.0.1:{extender_port}", f"--report-file={report}"
+        ),
         name="extender",
         log_path=workdir / "extender.log",
     )

@@ -38,8 +38,8 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_reports(report, [cluster_report(nodes)])
     port = free_port()
     proc = Managed(
-        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{port}", f"--report-file={report}",
-         "--stale-after=1h", "--log.level=warn"],
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}",
+         f"--report-file={report}", "--stale-after=1h", "--log.level=warn"],
         name="mco-extender", log_path=workdir / "extender.log",
     )  # fmt: skip
     with proc:
