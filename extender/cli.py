@@ -246,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     settings = parse_settings(argv)
-    start_logging(settings.log, settings.deprecated)
+    # The workers of --workers get the same flags: the parent alone warns about old ones.
+    start_logging(settings.log, () if settings.reuse_port else settings.deprecated)
     try:
         if settings.workers > 1:
             return serve_workers(argv, settings.workers)
