@@ -288,7 +288,12 @@ def _children(pid: int) -> list[int]:
 def test_workers_share_one_port_and_their_metrics(tmp_path, report):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = extender(tmp_path, port, f"--report-file={report}", "--workers=2")
+    proc = Managed(  # the deprecated --listen: warned about once, not once per worker
+        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{port}",
+         f"--report-file={report}", "--workers=2"],
+        name="mco-extender",
+        log_path=tmp_path / "extender.log",
+    )  # fmt: skip
     with proc:
         proc.wait_http(f"{url}/readyz", timeout=60)
         wait_until(lambda: len(_children(proc.pid)) == 2, timeout=30, what="two workers")
@@ -308,6 +313,7 @@ def test_workers_share_one_port_and_their_metrics(tmp_path, report):
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.proc is not None and proc.proc.wait(20) == 0
     assert len(workers) == 2
+    assert proc.log_tail(500).count("--listen is deprecated") == 1
     for pid in workers:  # the workers went with the parent
         assert not Path(f"/proc/{pid}").exists()
 
