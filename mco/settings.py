@@ -48,7 +48,9 @@ def one_line(text: str, limit: int = 500) -> str:
 
 
 def parse(
-    parser: argparse.ArgumentParser, argv: Sequence[str] | None, build: Callable[..., S]
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    build: Callable[[argparse.Namespace], S],
 ) -> S:
     """Flags -> settings, once. Any ValueError or OSError from ``build`` (a flag value, a
     configuration file) becomes the parser's one-line error and exit status 2."""
