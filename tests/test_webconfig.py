@@ -191,3 +191,11 @@ async def test_no_host_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
                     assert r.status == 200
     finally:
         await runner.cleanup()
+
+
+def test_htpasswd_style_2y_hashes_verify(tmp_path: Path) -> None:
+    """`htpasswd -B` writes $2y$ hashes, as exporter-toolkit's docs suggest generating them."""
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$", 1)
+    config = webconfig.load(write(tmp_path, {"basic_auth_users": {"u": hashed}}))
+    assert config.auth is not None
+    assert config.auth.verify(basic("u", "pw")) and not config.auth.verify(basic("u", "px"))
