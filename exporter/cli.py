@@ -169,7 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    reloader = web.config.reloader  # renewed certificate files, as the aiohttp servers do
+    while not stop.wait(webconfig.RELOAD_SECONDS):
+        if reloader is not None:
+            reloader.reload_if_changed()
     log.info("shutting down")
     server.shutdown()
     node.close()

@@ -13,7 +13,9 @@ As in the toolkit: unknown keys are an error, relative paths are relative to the
 directory, a file without ``tls_server_config`` serves plain HTTP (still with basic auth and
 headers), basic auth applies to every path but those in ``auth_excluded_paths`` (the
 toolkit's key, which the chart uses for kubelet probes), and a bcrypt verification is cached per
-(user, hash, password) because bcrypt is slow on purpose. One ``WebConfig`` gives the
+(user, hash, password) because bcrypt is slow on purpose. Renewed certificate files are
+loaded into the live context (``CertificateReloader``; the toolkit re-reads them per
+connection). One ``WebConfig`` gives the
 ``ssl.SSLContext`` and the authentication and headers, as an aiohttp middleware (``install``)
 or a WSGI wrapper (``wsgi``, the exporter's prometheus_client server).
 """
@@ -23,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
+import logging
 import os
 import re
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -81,6 +85,7 @@ _TLS_UNSUPPORTED: Final = (
 _HTTP_KEYS: Final = ("headers", "http2")
 _BCRYPT: Final = re.compile(r"\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}")
 _CACHE_SIZE: Final = 100
+log = logging.getLogger("mco.webconfig")
 
 
 class WebConfigError(ValueError):
@@ -140,6 +145,57 @@ class TLSServerConfig:
         ctx.verify_mode = verify
         return ctx
 
+    def files(self) -> tuple[str, ...]:
+        return tuple(f for f in (self.cert_file, self.key_file, self.client_ca_file) if f)
+
+
+def _stamp(paths: Iterable[str]) -> tuple[tuple[int, int], ...]:
+    """What changes when a file is replaced (a Secret volume swaps a symlink): mtime and size."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((-1, -1))
+        else:
+            out.append((st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+class CertificateReloader:
+    """Loads renewed certificate, key and client CA files into the live context.
+
+    exporter-toolkit reads them again on every connection; MCO checks every
+    ``RELOAD_SECONDS`` and loads them into the same ``SSLContext`` (servers cannot swap
+    theirs), after a fresh context proved the new pair consistent, so a half-written rotation
+    is never served. A CA removed from ``client_ca_file`` stays trusted until a restart.
+    """
+
+    def __init__(self, tls: TLSServerConfig, context: ssl.SSLContext) -> None:
+        self._tls, self._context = tls, context
+        self._stamp = _stamp(tls.files())
+
+    def reload_if_changed(self) -> bool:
+        """True when new files were loaded; a bad new set is logged and the old one kept."""
+        stamp = _stamp(self._tls.files())
+        if stamp == self._stamp:
+            return False
+        try:
+            self._tls.context()  # the new files, checked on a context nobody serves with
+            self._context.load_cert_chain(self._tls.cert_file, self._tls.key_file)
+            if self._tls.client_ca_file:
+                self._context.load_verify_locations(cafile=self._tls.client_ca_file)
+        except (WebConfigError, OSError, ssl.SSLError) as exc:
+            log.warning("cannot reload TLS certificates; serving the old ones",
+                        extra={"err": _why(exc)})  # fmt: skip
+            return False
+        self._stamp = stamp
+        log.info("TLS certificates reloaded", extra={"cert_file": self._tls.cert_file})
+        return True
+
+
+RELOAD_SECONDS: Final = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:
@@ -152,10 +208,13 @@ class WebConfig:
     source: str = ""  # the file, for messages; "" when nothing was configured
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     auth: BasicAuth | None = field(default=None, compare=False, repr=False)
+    reloader: CertificateReloader | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.tls is not None and self.ssl_context is None:
-            object.__setattr__(self, "ssl_context", self.tls.context())
+            context = self.tls.context()
+            object.__setattr__(self, "ssl_context", context)
+            object.__setattr__(self, "reloader", CertificateReloader(self.tls, context))
         if self.users and self.auth is None:
             object.__setattr__(self, "auth", BasicAuth(self.users))
 
@@ -393,7 +452,24 @@ def install(app: web.Application, config: WebConfig) -> None:
     """Basic auth (first of the app's middlewares) and the configured response headers.
 
     Nothing is added when the configuration asks for neither, so a plain server pays nothing.
+    With TLS, renewed certificate files are picked up every ``RELOAD_SECONDS``.
     """
+    if config.reloader is not None:
+        reloader = config.reloader
+
+        async def reload_certificates(_: web.Application) -> AsyncIterator[None]:
+            async def loop() -> None:
+                while True:
+                    await asyncio.sleep(RELOAD_SECONDS)
+                    reloader.reload_if_changed()
+
+            task = asyncio.create_task(loop())
+            yield
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        app.cleanup_ctx.append(reload_certificates)
     if config.auth is not None:
         auth, open_paths = config.auth, config.auth_excluded_paths
 

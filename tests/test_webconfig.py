@@ -4,6 +4,7 @@ server to a real aiohttp client."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import bcrypt
 import pytest
+import trustme
 import yaml
 from aiohttp import web
 
@@ -199,3 +201,45 @@ def test_htpasswd_style_2y_hashes_verify(tmp_path: Path) -> None:
     config = webconfig.load(write(tmp_path, {"basic_auth_users": {"u": hashed}}))
     assert config.auth is not None
     assert config.auth.verify(basic("u", "pw")) and not config.auth.verify(basic("u", "px"))
+
+
+async def test_renewed_certificates_are_served_without_a_restart(tmp_path: Path, monkeypatch):
+    """A Secret volume swaps the files; new connections get the new certificate, and a
+    half-written set (a key that does not match) keeps the old one in service."""
+    monkeypatch.setattr(webconfig, "RELOAD_SECONDS", 0.05)
+    web_ = secured_web(tmp_path, client_auth="NoClientCert")
+    runner, port = await serve(tmp_path, webconfig.load(str(web_.config_file)))
+    url = f"https://127.0.0.1:{port}/"
+
+    async def status(ca_file: str) -> int | str:
+        ctx = ssl.create_default_context(cafile=ca_file)
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(url, ssl=ctx, headers=RIGHT) as r,
+            ):
+                return r.status
+        except aiohttp.ClientError as exc:
+            return type(exc).__name__
+
+    async def eventually(ca_file: str, expected: int) -> None:
+        for _ in range(100):
+            if await status(ca_file) == expected:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(await status(ca_file))
+
+    try:
+        assert await status(web_.ca_file) == 200
+        new_ca = trustme.CA()
+        new_ca.cert_pem.write_to_path(str(tmp_path / "new-ca.crt"))
+        renewed = new_ca.issue_cert("127.0.0.1")
+        # Half-written: a new certificate with the old key. Not loaded; the old pair serves.
+        renewed.cert_chain_pems[0].write_to_path(str(tmp_path / "server.crt"))
+        await asyncio.sleep(0.3)
+        assert await status(web_.ca_file) == 200
+        renewed.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+        await eventually(str(tmp_path / "new-ca.crt"), 200)
+        assert await status(web_.ca_file) == "ClientConnectorCertificateError"
+    finally:
+        await runner.cleanup()
