@@ -1,4 +1,4 @@
-"""The reporter's own metrics on ``/metrics`` (default :9849, TLS with the ``--web.tls-*`` flags).
+"""The reporter's own metrics on ``/metrics`` (default :9849, secured by ``--web.config.file``).
 
 ``mco_reporter_last_sync_timestamp_seconds`` feeds the MCOReportStale alert; it only moves on a
 successful sync by the leader, so a stuck or partitioned reporter shows up there.

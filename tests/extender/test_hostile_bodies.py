@@ -202,7 +202,13 @@ def test_declared_lengths_cost_no_memory_held_or_dropped(tmp_path, report):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with Managed(
-        [sys.executable, "-m", "extender", f"--listen=127.0.0.1:{port}", f"--report-file={report}"],
+        [
+            sys.executable,
+            "-m",
+            "extender",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--report-file={report}",
+        ],
         name="mco-extender",
         log_path=tmp_path / "extender.log",
     ) as proc:
