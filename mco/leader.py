@@ -27,9 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
@@ -326,28 +324,3 @@ def add_leader_flags(
     group.add_argument("--leader-elect-lease-duration", type=duration, default=15.0)
     group.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0)
     group.add_argument("--leader-elect-retry-period", type=duration, default=2.0)
-
-
-def identity_from_args(args: argparse.Namespace) -> str:
-    return str(args.leader_elect_identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
-
-
-def elector_from_args(
-    api_client: client.ApiClient,
-    args: argparse.Namespace,
-    *,
-    identity: str,
-    namespace: str,
-    on_change: Callable[[bool], None] | None = None,
-) -> LeaseElector:
-    """The elector the flags describe; ValueError when their timings do not nest."""
-    return LeaseElector(
-        api_client,
-        name=args.leader_elect_lease_name,
-        namespace=args.leader_elect_namespace or namespace,
-        identity=identity,
-        lease_duration=args.leader_elect_lease_duration,
-        renew_deadline=args.leader_elect_renew_deadline,
-        retry_period=args.leader_elect_retry_period,
-        on_change=on_change,
-    )
