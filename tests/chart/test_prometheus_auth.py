@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reporter.cli import build_parser, source_config
+from reporter.cli import parse_settings
 from reporter.promql import PromQLClient
 from scripts.procs import free_port
 from tests.chart.helm import chart, render
@@ -82,11 +82,11 @@ async def seen_authorization(args: list[str]) -> str:
     srv = TestServer(app, host="127.0.0.1", port=free_port())
     await srv.start_server()
     try:
-        parsed = build_parser().parse_args(
+        settings = parse_settings(
             [a for a in args if not a.startswith("--prometheus-url=")]
             + [f"--prometheus-url=http://127.0.0.1:{srv.port}"]
         )
-        async with PromQLClient(source_config(parsed)) as client:
+        async with PromQLClient(settings.source) as client:
             await client.query("up", T0, dict)
     finally:
         await srv.close()
@@ -138,12 +138,11 @@ def test_ca_and_client_certificate_files(tmp_path: Path, ca: dict[str, str], con
     }
     pod = reporter_pod(values)
     no_secret_in_the_container_spec(pod)
-    args = build_parser().parse_args(reporter_args(pod, materialise(pod, tmp_path)))
-    assert Path(args.prometheus_ca_file).read_text() == content
-    assert Path(args.prometheus_cert_file).read_text() == "CERT PEM"
-    assert Path(args.prometheus_key_file).read_text() == "KEY PEM"
-    assert args.prometheus_insecure_skip_verify is True
-    source_config(args).validate()
+    source = parse_settings(reporter_args(pod, materialise(pod, tmp_path))).source  # validated
+    assert source.ca_file is not None and Path(source.ca_file).read_text() == content
+    assert source.cert_file is not None and Path(source.cert_file).read_text() == "CERT PEM"
+    assert source.key_file is not None and Path(source.key_file).read_text() == "KEY PEM"
+    assert source.insecure_skip_verify is True
 
 
 def test_no_credentials_no_volume_and_everything_validates() -> None:
