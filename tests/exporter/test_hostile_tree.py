@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_collector, build_parser
+from exporter.cli import build_collector, parse_settings
 from exporter.paths import MAX_READ_BYTES, RefusedFileError, read_text
 from exporter.registry import specs
 from exporter.scrape import NodeCollector
@@ -137,10 +137,11 @@ def test_non_utf8_kernel_release_and_node_name_do_not_stop_the_exporter(tmp_path
     all_specs = specs()
     # What argv or $NODE_NAME hold when the bytes are not UTF-8 (Python's surrogateescape).
     hostname = os.fsdecode(b"node-\xff")
-    args = build_parser(all_specs).parse_args(
-        [f"--path.procfs={tree}/proc", f"--path.sysfs={tree}/sys", f"--node-name={hostname}"]
+    settings = parse_settings(
+        [f"--path.procfs={tree}/proc", f"--path.sysfs={tree}/sys", f"--node-name={hostname}"],
+        all_specs,
     )
-    collector = build_collector(args, all_specs)
+    collector = build_collector(settings, all_specs)
     try:
         samples = samples_of(scrape(collector))
     finally:
