@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reporter.cli import build_parser, run
+from reporter.cli import parse_settings, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
@@ -234,9 +234,7 @@ async def test_a_writer_killed_mid_write_leaves_nothing_after_a_restart(tmp_path
     assert left.stat().st_size > 0 and not target.exists()
     async with fake_prometheus() as prom:
         prom.nodes = fleet(2)
-        args = build_parser().parse_args(
-            ["--once", f"--prometheus-url={prom.url}", f"--output={target}"]
-        )
-        assert await run(args) == 0
+        settings = parse_settings(["--once", f"--prometheus-url={prom.url}", f"--output={target}"])
+        assert await run(settings) == 0
     assert list(tmp_path.iterdir()) == [target]
     validate_object(json.loads(target.read_text()))

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from reporter.cli import build_parser, run
+from reporter.cli import parse_settings, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.layout import whole_objects
 from reporter.query import Kind, Plan
@@ -228,11 +228,7 @@ async def test_a_report_file_with_out_of_range_values_is_not_written_back(tmp_pa
     async with fake_prometheus() as prom:
         prom.nodes = {"a": quiet_values(PLAN)}
         assert (
-            await run(
-                build_parser().parse_args(
-                    ["--once", f"--prometheus-url={prom.url}", f"--output={out}"]
-                )
-            )
+            await run(parse_settings(["--once", f"--prometheus-url={prom.url}", f"--output={out}"]))
             == 0
         )
         doc = json.loads(out.read_text())
@@ -242,11 +238,7 @@ async def test_a_report_file_with_out_of_range_values_is_not_written_back(tmp_pa
         out.write_text(json.dumps(doc))
         prom.down = True
         assert (
-            await run(
-                build_parser().parse_args(
-                    ["--once", f"--prometheus-url={prom.url}", f"--output={out}"]
-                )
-            )
+            await run(parse_settings(["--once", f"--prometheus-url={prom.url}", f"--output={out}"]))
             == 1
         )
     doc = json.loads(out.read_text())

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from mco.logs import LogfmtFormatter
-from reporter.cli import build_parser, run
+from reporter.cli import parse_settings, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.promql import (
     BAD_ANSWER,
@@ -380,10 +380,8 @@ async def test_echoed_credentials_reach_neither_logs_nor_the_report(
         url = url.replace("http://", f"http://mco:{PASSWORD}@")
     out = tmp_path / "report.json"
     caplog.set_level(logging.DEBUG)
-    args = build_parser().parse_args(
-        ["--once", f"--prometheus-url={url}", f"--output={out}", *flags]
-    )
-    assert await run(args) == 1
+    settings = parse_settings(["--once", f"--prometheus-url={url}", f"--output={out}", *flags])
+    assert await run(settings) == 1
     reachable = next(
         c
         for c in json.loads(out.read_text())["status"]["conditions"]
