@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import yaml
 
 from extender.config import DEFAULT_PORT
+from mco.flags import duration, go_duration
 from mco.settings import Parser, parse
 
 DEFAULT_URL = f"http://mco-extender.mco-system.svc:{DEFAULT_PORT}"
@@ -104,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--url", default=DEFAULT_URL, help=f"extender base URL (default {DEFAULT_URL})"
     )
     parser.add_argument(
-        "--http-timeout", default=None, help="per-call timeout (default: 500ms Volcano, 1s kube)"
+        "--http-timeout",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="per-call timeout (default: 500ms Volcano, 1s kube)",
     )
     parser.add_argument("--weight", type=int, default=1, help="kube-scheduler weight (> 0)")
     parser.add_argument("--ca-file", help="kube-scheduler: CA that signed the extender's cert")
@@ -117,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 class PrintConfigSettings:
     scheduler: str  # "volcano" or "kube-scheduler"
     url: str = DEFAULT_URL
-    http_timeout: str | None = None
+    http_timeout: float | None = None  # seconds
     weight: int = 1
     ca_file: str | None = None
     client_cert_file: str | None = None
@@ -127,6 +132,8 @@ class PrintConfigSettings:
     def from_args(cls, args: argparse.Namespace) -> PrintConfigSettings:
         if not args.url.startswith(("http://", "https://")):
             raise ValueError("--url must start with http:// or https://")
+        if args.http_timeout is not None and args.http_timeout <= 0:
+            raise ValueError("--http-timeout must be positive")
         if args.weight <= 0:
             raise ValueError(
                 "--weight must be positive (kube-scheduler rejects 0 with a prioritizeVerb)"
@@ -146,13 +153,15 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
     s = parse(build_parser(), list(argv), PrintConfigSettings.from_args)
     if s.scheduler == "volcano":
         header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if s.url.startswith("https://") else "")
-        doc: object = volcano_tier(s.url, s.http_timeout or "500ms")
+        doc: object = volcano_tier(
+            s.url, go_duration(0.5 if s.http_timeout is None else s.http_timeout)
+        )
     else:
         header = _KUBE_HEADER
         doc = kube_scheduler_config(
             s.url,
             weight=s.weight,
-            http_timeout=s.http_timeout or "1s",
+            http_timeout=go_duration(1.0 if s.http_timeout is None else s.http_timeout),
             ca_file=s.ca_file,
             cert_file=s.client_cert_file,
             key_file=s.client_key_file,

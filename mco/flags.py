@@ -34,6 +34,20 @@ def duration(text: str) -> float:
     return sum(float(n) * unit for n, unit in zip(match.groups(), _UNITS, strict=True) if n)
 
 
+def go_duration(seconds: float) -> str:
+    """``seconds`` spelled as Go's ``time.ParseDuration`` reads it (``500ms``, ``1s``, ``1m30s``):
+    how a parsed flag goes back into a scheduler's configuration."""
+    millis = round(seconds * 1000)
+    if millis < 1000:
+        return f"{millis}ms"
+    minutes, ms = divmod(millis, 60_000)
+    hours, minutes = divmod(minutes, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    if ms or not text:
+        text += f"{ms / 1000:g}s"
+    return text
+
+
 def size(text: str) -> int:
     """Bytes in ``1048576``, ``900Ki``, ``1Mi``, ``64MiB``, ``1GiB`` (K, M, G: binary units)."""
     match = _SIZE.fullmatch(text)

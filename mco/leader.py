@@ -306,7 +306,6 @@ def add_leader_flags(
     group: argparse._ArgumentGroup | argparse.ArgumentParser,
     *,
     lease_name: str,
-    namespace_help: str,
     what: str,
 ) -> None:
     """The ``--leader-elect*`` flags, spelled and defaulted the same in every controller."""
@@ -317,7 +316,11 @@ def add_leader_flags(
         help=f"{what} only while holding the Lease (default on)",
     )
     group.add_argument("--leader-elect-lease-name", default=lease_name)
-    group.add_argument("--leader-elect-namespace", default=None, help=namespace_help)
+    group.add_argument(
+        "--leader-elect-namespace",
+        default=None,
+        help="namespace of the Lease (default: the pod's own, else default)",
+    )
     group.add_argument(
         "--leader-elect-identity", default=None, help="default: hostname and a random suffix"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 import uuid
@@ -184,23 +185,40 @@ def web_settings(args: argparse.Namespace) -> WebSettings:
     return WebSettings(host, port, config)
 
 
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def own_namespace() -> str:
+    """The Lease's namespace when no flag names one: the pod's own (``POD_NAMESPACE``, else the
+    service account's), else ``default`` — the same for every controller, so the chart's Role in
+    the release namespace covers each of them."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        with open(_SA_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
 @dataclass(frozen=True, slots=True)
 class LeaderSettings:
     """The ``--leader-elect*`` flags (``mco.leader.add_leader_flags``), parsed."""
 
     enabled: bool = True
     lease_name: str = ""
-    namespace: str | None = None  # None: the component's default namespace
+    namespace: str | None = None  # None: the pod's own (own_namespace)
     identity: str = ""
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
-    def elector_kwargs(self, default_namespace: str) -> dict[str, Any]:
+    def elector_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``mco.leader.LeaseElector`` (besides the API client)."""
         return {
             "name": self.lease_name,
-            "namespace": self.namespace or default_namespace,
+            "namespace": self.namespace or own_namespace(),
             "identity": self.identity,
             "lease_duration": self.lease_duration,
             "renew_deadline": self.renew_deadline,

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import signal
 import sys
@@ -47,7 +46,6 @@ from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
 DEFAULT_LISTEN: Final = ":9849"
-_SA_NAMESPACE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def header(text: str) -> tuple[str, str]:
@@ -133,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_leader_flags(
         kube,
         lease_name="mco-reporter",
-        namespace_help="namespace of the Lease (default: the pod's)",
         what="write the report",
     )
     web_ = p.add_argument_group("self-metrics")
@@ -145,17 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str] | None) -> ReporterSettings:
     """The flags as one settings object; a bad one exits 2 with a one-line reason."""
     return parse(build_parser(), argv, ReporterSettings.from_args)
-
-
-def default_namespace() -> str:
-    env = os.environ.get("POD_NAMESPACE")
-    if env:
-        return env
-    try:
-        with open(_SA_NAMESPACE, encoding="utf-8") as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
 
 
 async def run(settings: ReporterSettings) -> int:
@@ -180,7 +166,7 @@ async def run(settings: ReporterSettings) -> int:
     if api_client is not None and settings.leader.enabled and not settings.once:
         elector = LeaseElector(
             api_client,
-            **settings.leader.elector_kwargs(default_namespace()),
+            **settings.leader.elector_kwargs(),
             on_change=lambda leading: metrics.leader.set(1 if leading else 0),
         )
     sink: Sink

@@ -101,7 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_leader_flags(
         ctl,
         lease_name="mco-rulegen",
-        namespace_help="namespace of the Lease (default: the PrometheusRule's)",
         what="apply and write status",
     )
     for p in (render, ctl):
@@ -231,9 +230,7 @@ async def run_controller(command: ControllerCommand) -> int:
     # Audit logs (and the HA test) tell the replicas apart by this.
     api.user_agent = f"mco-rulegen ({identity})"
     elector = (
-        LeaseElector(api, **command.leader.elector_kwargs(settings.rule_namespace))
-        if command.leader.enabled
-        else None
+        LeaseElector(api, **command.leader.elector_kwargs()) if command.leader.enabled else None
     )
     metrics = ControllerMetrics()
     controller = RuleConfigController(api, settings, metrics, elector)

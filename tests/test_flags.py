@@ -15,8 +15,8 @@ from exporter.cli import main as exporter_main
 from exporter.cli import parse_settings as exporter_settings
 from extender.cli import main as extender_main
 from extender.cli import parse_settings as extender_settings
-from mco.flags import FlagError, duration, listen_address, size
-from mco.settings import start_logging
+from mco.flags import FlagError, duration, go_duration, listen_address, size
+from mco.settings import LeaderSettings, start_logging
 from mco.webconfig import TLSServerConfig
 from reporter.cli import main as reporter_main
 from reporter.cli import parse_settings as reporter_settings
@@ -33,6 +33,28 @@ from rulegen.cli import parse_settings as rulegen_settings
 )  # fmt: skip
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text,go",
+    [("250ms", "250ms"), ("1s", "1s"), ("1.5s", "1.5s"), ("90", "1m30s"), ("2m", "2m"),
+     ("1h2m3.5s", "1h2m3.5s"), ("1s500ms", "1.5s"), ("0s", "0ms")],
+)  # fmt: skip
+def test_durations_go_back_in_go_spelling(text: str, go: str) -> None:
+    """What a parsed flag writes into a scheduler's configuration reads back the same."""
+    assert go_duration(duration(text)) == go
+    assert duration(go) == duration(text)
+
+
+def test_every_controller_defaults_its_lease_to_the_pods_namespace(monkeypatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "mco-system")
+    rulegen = rulegen_settings(["controller"])
+    reporter = reporter_settings(["--prometheus-url", "http://p:9090"])
+    assert isinstance(rulegen, ControllerCommand)
+    for leader in (rulegen.leader, reporter.leader):
+        assert leader.elector_kwargs()["namespace"] == "mco-system"
+    named = LeaderSettings(lease_name="l", namespace="elsewhere")
+    assert named.elector_kwargs()["namespace"] == "elsewhere"
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def test_print_config_volcano_tier():
 
 
 def test_print_config_kube_scheduler():
-    _, doc = printed("--kube-scheduler", "--weight", "3", "--http-timeout", "2s")
+    _, doc = printed("--kube-scheduler", "--weight", "3", "--http-timeout", "2000ms")
     assert doc["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert doc["kind"] == "KubeSchedulerConfiguration"
     assert doc["extenders"] == [
