@@ -6,11 +6,12 @@ import argparse
 import errno
 import logging
 import os
+import re
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -18,10 +19,11 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from exporter import __version__
 from exporter.paths import read_text
-from exporter.registry import CollectorConfig, CollectorSpec, specs
+from exporter.registry import CollectorConfig, CollectorSpec, Option, specs
 from exporter.scrape import NodeCollector
 from exporter.settings import ExporterSettings
 from mco import webconfig
+from mco.flags import FlagError
 from mco.logs import add_log_flags
 from mco.settings import Parser, add_web_flags, parse, start_logging
 from mco.webconfig import WebSettings
@@ -29,6 +31,20 @@ from mco.webconfig import WebSettings
 DEFAULT_LISTEN = ":9847"
 _NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 log = logging.getLogger("mco.exporter")
+
+
+def _checked(option: Option) -> Callable[[str], str]:
+    """An argparse ``type=`` that runs the option's own check and keeps the text."""
+
+    def parse(text: str) -> str:
+        if option.check is not None:
+            try:
+                option.check(text)
+            except (ValueError, re.error) as exc:
+                raise FlagError(f"{text!r}: {exc}") from exc
+        return text
+
+    return parse
 
 
 def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser:
@@ -63,6 +79,7 @@ def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser
                 f"--collector.{spec.name}.{option.name}",
                 dest=f"option_{spec.name}.{option.name}",
                 default=option.default,
+                type=_checked(option),
                 help=option.help,
             )
     return parser

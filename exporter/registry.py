@@ -25,6 +25,9 @@ class Option:
     name: str
     default: str
     help: str
+    # Refuses a bad value at start (raises ValueError: exit 2 with its message), so a typo in a
+    # DaemonSet's args fails the rollout instead of quietly turning a collector off on every node.
+    check: Callable[[str], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)

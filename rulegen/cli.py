@@ -27,6 +27,7 @@ from mco.settings import (
     Parser,
     add_web_flags,
     deprecated,
+    fail,
     leader_settings,
     log_settings,
     parse,
@@ -225,7 +226,10 @@ def make_metrics_app(
 
 async def run_controller(command: ControllerCommand) -> int:
     settings, web_ = command.controller, command.web
-    api = await api_client(command.kubeconfig, command.context)
+    try:
+        api = await api_client(command.kubeconfig, command.context)
+    except Exception as exc:  # the client raises ConfigException, OSError, yaml errors, ...
+        return fail("mco-rulegen", f"no Kubernetes API configuration: {exc}")
     identity = command.leader.identity
     # Audit logs (and the HA test) tell the replicas apart by this.
     api.user_agent = f"mco-rulegen ({identity})"

@@ -124,6 +124,31 @@ def test_a_bad_flag_exits_2_with_one_line_in_every_binary(prog, main, base, bad,
 
 
 @pytest.mark.parametrize(
+    "flag,reason",
+    [("--collector.diskstats.device-exclude=(", "missing ), unterminated subpattern"),
+     ("--collector.perf_llc.events=bogus", "not an event set; choose one of generic")],
+)  # fmt: skip
+def test_a_bad_collector_option_stops_the_exporter_at_start(flag, reason, capsys) -> None:
+    """Not a traceback, and not a collector quietly off on every node."""
+    err = exits_2_with_one_line(exporter_main, [flag], capsys)
+    assert err.startswith(f"mco-exporter: error: argument {flag.split('=')[0]}: "), err
+    assert reason in err
+
+
+@pytest.mark.parametrize(
+    "prog,main,argv",
+    [("mco-rulegen", rulegen_main, ["controller", "--kubeconfig"]),
+     ("mco-reporter", reporter_main, ["--prometheus-url=http://127.0.0.1:1", "--kubeconfig"])],
+)  # fmt: skip
+def test_unusable_kubernetes_credentials_exit_2_with_one_line(prog, main, argv, tmp_path, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")  # no cluster, no context
+    assert main([*argv, str(kubeconfig)]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"{prog}: error: no Kubernetes API configuration: "), last
+
+
+@pytest.mark.parametrize(
     "prog,main,argv",
     [("mco-extender", extender_main, ["print-config"]),  # --volcano or --kube-scheduler
      ("mco-extender", extender_main, ["print-config", "--volcano", "--url=ftp://x"]),

@@ -23,7 +23,9 @@ DEFAULT_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p|mmcblk\d+p)\d+
     "diskstats",
     default_enabled=True,
     help="per-device completions and time from /proc/diskstats",
-    options=(Option("device-exclude", DEFAULT_EXCLUDE, "regexp of devices to leave out"),),
+    options=(
+        Option("device-exclude", DEFAULT_EXCLUDE, "regexp of devices to leave out", re.compile),
+    ),
 )
 class DiskstatsCollector(FileCollector):
     def __init__(self, config: CollectorConfig) -> None:

@@ -100,11 +100,16 @@ class _CPUGroup:
     totals: list[float] = field(default_factory=lambda: [0.0, 0.0])
 
 
+def _event_set(name: str) -> None:
+    if name not in EVENT_SETS:
+        raise ValueError(f"not an event set; choose one of {', '.join(EVENT_SETS)}")
+
+
 @register(
     "perf_llc",
     default_enabled=True,
     help="LLC references and misses from perf_event_open (needs a PMU and CAP_PERFMON)",
-    options=(Option("events", "generic", f"event set: {', '.join(EVENT_SETS)}"),),
+    options=(Option("events", "generic", f"event set: {', '.join(EVENT_SETS)}", _event_set),),
 )
 class PerfLLCCollector:
     def __init__(self, config: CollectorConfig, syscalls: PerfSyscalls | None = None) -> None:
