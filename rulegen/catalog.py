@@ -372,9 +372,7 @@ class Catalog:
         raise KeyError(key)
 
     def signals_of(self, detection: str, *, fallback: bool = False) -> tuple[Signal, ...]:
-        return tuple(
-            s for s in self.signals if s.detection == detection and s.fallback == fallback
-        )
+        return tuple(s for s in self.signals if s.detection == detection and s.fallback == fallback)
 
     def constraints_on(self, recorded_key: str) -> tuple[HardConstraint, ...]:
         return tuple(c for c in self.constraints if c.recorded == recorded_key)

@@ -137,10 +137,7 @@ def _detection(key: str, default: dict[str, Any], catalog: Catalog) -> dict[str,
         if part not in default:
             continue
         properties[part] = _object(
-            {
-                k: _threshold(catalog.signal(k), threshold)
-                for k, threshold in default[part].items()
-            },
+            {k: _threshold(catalog.signal(k), threshold) for k, threshold in default[part].items()},
             _FIELD_HELP[part],
         )
     return _object(properties, f"The {key} detection.")

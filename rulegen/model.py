@@ -245,9 +245,7 @@ def load_config(text_or_path: str | Path) -> DetectionRuleConfig:
         raise ConfigError([f"{source}: {p}" for p in exc.problems]) from exc
 
 
-def config_from_object(
-    obj: Mapping[str, Any], catalog: Catalog = CATALOG
-) -> DetectionRuleConfig:
+def config_from_object(obj: Mapping[str, Any], catalog: Catalog = CATALOG) -> DetectionRuleConfig:
     """The config of a DetectionRuleConfig object (as read from the API or a file)."""
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     problems = []

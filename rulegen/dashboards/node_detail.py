@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.dashboards.panels import (
     NODE_VAR,
     UNITS,
@@ -21,7 +22,6 @@ from rulegen.dashboards.panels import (
     timeseries,
     warn_critical_steps,
 )
-from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.model import DetectionRuleConfig
 
 UID: Final = "mco-node-detail"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog
 from rulegen.dashboards.panels import (
     NODE_MATCH,
     Query,
@@ -16,7 +17,6 @@ from rulegen.dashboards.panels import (
     table_panel,
     timeseries,
 )
-from rulegen.catalog import CATALOG, Catalog
 from rulegen.model import DetectionRuleConfig
 
 UID: Final = "mco-cluster-overview"
@@ -102,8 +102,7 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
         timeseries(
             "Nodes blocked by a hard constraint",
             [Query(f"sum by (constraint) ({hard})", "{{constraint}}")],
-            description="Nodes the extender rejects, by the constraint they violate "
-            f"({limits}).",
+            description=f"Nodes the extender rejects, by the constraint they violate ({limits}).",
             minimum=0,
         ),
         timeseries(
