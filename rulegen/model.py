@@ -53,11 +53,8 @@ class ConfigError(ValueError):
         super().__init__(f"invalid DetectionRuleConfig: {summary}")
 
 
-# Views of the default catalog, for readers that need no other.
-SignalSpec = Signal
+# The default catalog's signals, for readers that need no other catalog.
 SIGNALS: Final[tuple[Signal, ...]] = CATALOG.signals
-SIGNALS_BY_KEY: Final[dict[str, Signal]] = {s.key: s for s in SIGNALS}
-DETECTION_KEYS: Final[tuple[str, ...]] = tuple(d.key for d in CATALOG.detections)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +129,7 @@ DURATION_FIELDS: Final = frozenset(
 class DetectionRuleConfig:
     window: int  # seconds
     evaluation_interval: int  # seconds
-    detections: Mapping[str, Detection]  # by config key, in DETECTION_KEYS order
+    detections: Mapping[str, Detection]  # by config key, in catalog order
     hard_constraints: Mapping[str, float]  # limit by config key, in catalog order
     report: ReportSettings
     alerts: AlertSettings
