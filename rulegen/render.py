@@ -58,16 +58,27 @@ def _gate(signal: Signal, detection: Detection) -> str:
     return f"{series.MEMORY_PRESSURE_FALLBACK} == {1 if signal.fallback else 0}"
 
 
+def _plain_scalar(text: str) -> bool:
+    """``text`` reads back as itself written as a plain YAML scalar (no ``: ``, `` #`` …)."""
+    try:
+        return bool(yaml.safe_load(f"k: {text}") == {"k": text})
+    except yaml.YAMLError:
+        return False
+
+
 def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> dict[str, Any]:
     window = format_duration(config.window)
-    recorded = [
-        {
-            "series": r.series,
-            "expr": catalog.expr(r, window),
-            "comment": r.comment.splitlines(),
-        }
-        for r in catalog.recorded
-    ]
+    recorded: list[dict[str, Any]] = []
+    for r in catalog.recorded:
+        expr = catalog.expr(r, window)
+        recorded.append(
+            {
+                "series": r.series,
+                "expr": expr,
+                "block": "\n" in expr or not _plain_scalar(expr),
+                "comment": r.comment.splitlines(),
+            }
+        )
     signals: list[dict[str, Any]] = []
     for spec in catalog.signals:
         threshold = config.threshold(spec.key)

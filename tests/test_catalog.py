@@ -302,3 +302,15 @@ def test_a_catalog_built_from_its_tables_is_the_default() -> None:
     assert render_rules(DetectionRuleConfig.default(Catalog()), catalog=Catalog()) == render_rules(
         DetectionRuleConfig.default()
     )
+
+
+def test_an_expression_that_is_no_plain_yaml_scalar_is_written_as_a_block() -> None:
+    """A `` #`` in a label value would start a YAML comment in a plain scalar."""
+    odd = 'max by (node) (avg_over_time(mco_widget{note="a: b #c"}[$w]))'
+    row = dataclasses.replace(
+        CATALOG.context[0], key="widget", series="node:mco_widget:x", expr=odd
+    )
+    catalog = dataclasses.replace(CATALOG, recorded=(*CATALOG.recorded, row))
+    rules = yaml.safe_load(render_rules(DetectionRuleConfig.default(catalog), catalog=catalog))
+    exprs = {r.get("record"): r["expr"] for g in rules["groups"] for r in g["rules"]}
+    assert exprs["node:mco_widget:x"].strip() == odd.replace("$w", "10s")
