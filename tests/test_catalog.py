@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, parse
+from reporter.promql import PromQLClient, SourceConfig
+from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, fetch, parse
 from reporter.schema import Violation
 from rulegen import series
 from rulegen.catalog import CATALOG, Catalog, Detection, HardConstraint, Signal
@@ -25,7 +28,8 @@ from rulegen.crd import crd
 from rulegen.dashboards import node_detail, overview
 from rulegen.model import ConfigError, DetectionRuleConfig, default_spec, from_spec
 from rulegen.render import render_rules
-from tests.reporter.helpers import T0, answers, decode, slot_of
+from scripts.procs import free_port
+from tests.reporter.helpers import T0, answers, decode, ok, slot_of
 from tests.rulegen.crd_validation import api_server_errors
 from tests.rulegen.test_promtool import assert_clean_check
 
@@ -230,6 +234,31 @@ def test_the_reporter_queries_and_reports_the_new_field() -> None:
     vector[slot_of(plan, Kind.VIOLATED, "memory_remote")] = MISSING
     entry = EntryBuilder(plan, CONFIG, Epsilon()).build(vector, "t", live=True)
     assert {"signals.memoryRemoteRatio", "violations.memory_remote"} <= set(entry.missing)
+
+
+async def test_the_reporter_fetches_the_new_field_over_http() -> None:
+    """The real client and ``fetch``: new names and labels are decoded, not refused."""
+    plan = Plan(compact=False, catalog=EXTENDED)
+    values = {(Kind.SIGNAL, "memoryRemoteRatio"): 0.5, (Kind.INDEX, "numa_traffic"): 0.5}
+    recorded, extra, info = answers(plan, {"n1": values}, {"n1": T0 - 1})
+    by_query = {plan.recorded_expr: recorded, plan.extra_expr: extra, plan.info_expr: info}
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response(ok(by_query[str((await request.post())["query"])]))
+
+    app = web.Application()
+    app.router.add_post("/api/v1/query", handle)
+    server = TestServer(app, host="127.0.0.1", port=free_port())
+    await server.start_server()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        async with PromQLClient(SourceConfig(url)) as client:
+            snap = await fetch(client, plan, T0)
+    finally:
+        await server.close()
+    vector = snap.vectors["n1"]
+    assert vector[slot_of(plan, Kind.SIGNAL, "memoryRemoteRatio")] == 0.5
+    assert vector[slot_of(plan, Kind.INDEX, "numa_traffic")] == 0.5
 
 
 def test_the_node_dashboard_graphs_the_new_signal_with_its_thresholds() -> None:
