@@ -67,7 +67,8 @@ class Threshold:
 class Detection:
     weight: float
     signals: Mapping[str, Threshold]  # primary signals, by config key
-    fallback: Mapping[str, Threshold] = field(default_factory=dict)  # memoryPressure only
+    # Only for a detection with a PSI fallback (catalog.Detection.psi_fallback): memoryPressure.
+    fallback: Mapping[str, Threshold] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
