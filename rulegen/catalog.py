@@ -75,7 +75,7 @@ class HardConstraint:
     default: float
     title: str  # short human name, e.g. "PSI io some"
     help: str
-    maximum: float | None = 1  # upper bound of the limit itself (it is >= 0 always)
+    maximum: float | None = 1  # upper bound of the limit (None: rulegen.limits' bound); >= 0
     lower_is_worse: bool = False  # violated below the limit instead of above it
 
     @property

@@ -168,7 +168,11 @@ def spec_schema(catalog: Catalog = CATALOG) -> dict[str, Any]:
             "detections": detections,
             "hardConstraints": _object(
                 {
-                    c.key: _number(d["hardConstraints"][c.key], c.help, maximum=c.maximum)
+                    c.key: _number(
+                        d["hardConstraints"][c.key],
+                        c.help,
+                        maximum=limits.threshold_maximum(c.maximum),
+                    )
                     for c in catalog.constraints
                 },
                 _FIELD_HELP["hardConstraints"],

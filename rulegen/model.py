@@ -358,10 +358,12 @@ def _build(
         problems.append("spec.detections: at least one detection needs a weight above 0")
     hard = merged["hardConstraints"]
     for constraint in catalog.constraints:
-        value, maximum = hard[constraint.key], constraint.maximum
-        if value < 0 or (maximum is not None and value > maximum):
-            bounds = "must be >= 0" if maximum is None else f"must be within [0, {maximum:g}]"
-            problems.append(f"spec.hardConstraints.{constraint.key}: {bounds}, got {value:g}")
+        value, maximum = hard[constraint.key], limits.threshold_maximum(constraint.maximum)
+        if not 0 <= value <= maximum:
+            problems.append(
+                f"spec.hardConstraints.{constraint.key}: must be within [0, {maximum:g}], "
+                f"got {value:g}"
+            )
     report = merged["report"]
     if not 0 <= report["neutralScore"] <= 100:
         problems.append(

@@ -179,5 +179,5 @@ async def test_hostile_file_edits_are_rejected_fast_and_the_last_good_one_kept(
         path.write_text(hostile)
         os.utime(path, ns=(1, n * 10**18))
         start = time.perf_counter()
-        assert (await source.current()).hard_constraints.psi_io_some_max == 0.7
+        assert (await source.current()).hard_constraints["psiIOSomeMax"] == 0.7
         assert time.perf_counter() - start < 0.5
