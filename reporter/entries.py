@@ -14,34 +14,18 @@ import sys
 from dataclasses import dataclass
 from typing import Final
 
-from reporter.crd import BOUNDS
-from reporter.query import CONSTRAINT_SIGNALS, MISSING, Kind, Plan
+from reporter.fields import Tolerance
+from reporter.query import MISSING, Kind, Plan
 from reporter.schema import DetectionState, NodeEntry, Violation, parse_time
-from rulegen import series
-from rulegen.model import SIGNALS_BY_KEY, DetectionRuleConfig
+from rulegen.catalog import Catalog, Context, Signal
+from rulegen.model import DetectionRuleConfig
 
-# Scale of the smoothed series that have no warn threshold (context series): a change of
-# epsilon × scale is worth a write. Ratios in [0, 1] use 0.1 (10 % stall time); LLC occupancy
-# is in bytes.
-CONTEXT_SCALES: Final[dict[str, float]] = {
-    "llcOccupancyBytes": 1 << 20,
-    "psiCPUSome": 0.1,
-    "psiIOFull": 0.1,
-    "psiMemoryFull": 0.1,
-}
-
-_CONSTRAINT_LIMIT_KEYS: Final = {label: key for key, label in series.HARD_CONSTRAINTS.items()}
-
-# What a value may be and still be written (``normalize``): the CRD's bounds for the level,
-# the score and detection indices, 0 or 1 for the flags, any finite number otherwise. A value
-# outside is an engine fault and is marked missing, not clamped: a level of -5 clamped to 0, or
-# a score of 600 clamped to 100, would read as a quiet node.
+# What a value may be and still be written (``normalize``): the bounds of its report field
+# (``reporter.fields``: the CRD's for the level, the score and detection indices), 0 or 1 for
+# the flags, any finite number otherwise. A value outside is an engine fault and is marked
+# missing, not clamped: a level of -5 clamped to 0, or a score of 600 clamped to 100, would read
+# as a quiet node.
 _FINITE: Final = (-sys.float_info.max, sys.float_info.max)
-_RANGES: Final[dict[Kind, tuple[float, float]]] = {
-    Kind.LEVEL: BOUNDS["level"],
-    Kind.SCORE: BOUNDS["score"],
-    Kind.INDEX: BOUNDS["index"],
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,26 +44,13 @@ class EntryBuilder:
         self.plan = plan
         self.config = config
         self.epsilon = epsilon
-        limits = config.hard_constraints
-        self.limits = {
-            label: float(
-                limits.psi_memory_full_max if key == "psiMemoryFullMax" else limits.psi_io_some_max
-            )
-            for label, key in _CONSTRAINT_LIMIT_KEYS.items()
-        }
-        self._tolerance: list[tuple[float, float]] = []  # (absolute, relative) per slot
-        for slot in plan.slots:
-            if slot.kind is Kind.TIME:
-                self._tolerance.append((math.inf, 0.0))
-            elif slot.is_bool:
-                self._tolerance.append((0.0, 0.0))
-            elif slot.kind in (Kind.LEVEL, Kind.INDEX):
-                self._tolerance.append((epsilon.level, 0.0))
-            elif slot.kind is Kind.SCORE:
-                self._tolerance.append((epsilon.level * 100, 0.0))
-            else:
-                self._tolerance.append((epsilon.signal * _scale(slot.key, config), epsilon.signal))
-        self._ranges = [_RANGES.get(slot.kind, _FINITE) for slot in plan.slots]
+        catalog = plan.catalog
+        self.limits = {c.label: float(config.hard_constraints[c.key]) for c in catalog.constraints}
+        # (absolute, relative) per slot
+        self._tolerance: list[tuple[float, float]] = [
+            _tolerance(slot.tolerance, slot.key, epsilon, config, catalog) for slot in plan.slots
+        ]
+        self._ranges = [slot.bounds or _FINITE for slot in plan.slots]
         self._flags = [i for i, slot in enumerate(plan.slots) if slot.is_bool]
         self._signal_slots = [(i, s.key) for i, s in enumerate(plan.slots) if s.kind is Kind.SIGNAL]
         self._slots = list(enumerate(plan.slots))
@@ -104,7 +75,7 @@ class EntryBuilder:
 
     def normalize(self, vector: list[float]) -> None:
         """Values that cannot be written become MISSING: non-finite ones (an engine that ignored
-        the query's filter) and those outside their slot's range (``_RANGES``). ``build``
+        the query's filter) and those outside their slot's bounds (``Slot.bounds``). ``build``
         expects a normalized vector."""
         for i, (lo, hi) in enumerate(self._ranges):
             x = vector[i]
@@ -128,21 +99,7 @@ class EntryBuilder:
             if kind is Kind.TIME or kind is Kind.SIGNAL:
                 continue
             if x == MISSING:
-                if kind is Kind.INDEX:
-                    missing.append(f"detections.{slot.key}")
-                elif kind is Kind.TRIGGERED:
-                    missing.append(f"detections.{slot.key}.triggered")
-                elif kind is Kind.VIOLATED:
-                    missing.append(f"violations.{slot.key}")
-                else:
-                    missing.append(
-                        {
-                            Kind.LEVEL: "level",
-                            Kind.SCORE: "score",
-                            Kind.FALLBACK: "fallback",
-                            Kind.KATA: "kataReady",
-                        }[kind]
-                    )
+                missing.append(slot.missing)
                 continue
             if kind is Kind.LEVEL:
                 level = x
@@ -165,12 +122,12 @@ class EntryBuilder:
             x = vector[i]
             if x == MISSING:
                 if not self.plan.compact:
-                    missing.append(f"signals.{key}")
+                    missing.append(self.plan.slots[i].missing)
             elif not self.plan.compact:
                 signals[key] = x
         violations: list[Violation] = []
         for label in violated:
-            value = vector[self.plan.signal_slots[CONSTRAINT_SIGNALS[label]]]
+            value = vector[self.plan.signal_slots[self.plan.constraint_signals[label]]]
             if value != MISSING:
                 violations.append(Violation(label, value, self.limits[label]))
         reasons = [f"triggered:{label}" for label, state in detections.items() if state.triggered]
@@ -210,7 +167,7 @@ class EntryBuilder:
             elif kind is Kind.SIGNAL:
                 x = signals.get(key, MISSING)
                 if x == MISSING:
-                    for label, signal in CONSTRAINT_SIGNALS.items():
+                    for label, signal in self.plan.constraint_signals.items():
                         if signal == key and label in violated:
                             x = violated[label]
             elif kind is Kind.LEVEL:
@@ -218,23 +175,44 @@ class EntryBuilder:
             elif kind is Kind.SCORE:
                 x = MISSING if entry.score is None else entry.score
             elif kind is Kind.FALLBACK:
-                x = MISSING if "fallback" in missing else float(entry.fallback)
+                x = MISSING if slot.missing in missing else float(entry.fallback)
             elif kind is Kind.KATA:
-                x = MISSING if "kataReady" in missing else float(entry.kata_ready)
+                x = MISSING if slot.missing in missing else float(entry.kata_ready)
             elif kind is Kind.INDEX:
                 state = entry.detections.get(key)
                 x = MISSING if state is None else state.index
             elif kind is Kind.TRIGGERED:
                 state = entry.detections.get(key)
-                if f"detections.{key}.triggered" not in missing:
+                if slot.missing not in missing:
                     x = float(state.triggered) if state is not None else 0.0
-            elif f"violations.{key}" not in missing:  # VIOLATED
+            elif slot.missing not in missing:  # VIOLATED
                 x = float(key in violated or key in violated_reasons)
             vector.append(x)
         return vector
 
 
-def _scale(key: str, config: DetectionRuleConfig) -> float:
-    if key in SIGNALS_BY_KEY:
+def _tolerance(
+    tolerance: Tolerance,
+    key: str,
+    epsilon: Epsilon,
+    config: DetectionRuleConfig,
+    catalog: Catalog,
+) -> tuple[float, float]:
+    """(absolute, relative) change that a slot's value may make without being a change."""
+    if tolerance is Tolerance.ANY:
+        return math.inf, 0.0
+    if tolerance is Tolerance.EXACT:
+        return 0.0, 0.0
+    if tolerance is Tolerance.LEVEL:
+        return epsilon.level, 0.0
+    if tolerance is Tolerance.SCORE:
+        return epsilon.level * 100, 0.0
+    return epsilon.signal * _scale(key, config, catalog), epsilon.signal
+
+
+def _scale(key: str, config: DetectionRuleConfig, catalog: Catalog) -> float:
+    """A signal's scale is its warn threshold; a context series' is declared in the catalog."""
+    recorded = catalog.by_key(key)
+    if isinstance(recorded, Signal):
         return abs(config.threshold(key).warn) or 1.0
-    return CONTEXT_SCALES.get(key, 1.0)
+    return recorded.scale if isinstance(recorded, Context) else 1.0

@@ -23,13 +23,15 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from itertools import groupby
 from typing import TYPE_CHECKING, Final, Literal, cast
 
 import msgspec
 
+from reporter.fields import FIELDS, Kind, Per, Query, Tolerance
 from reporter.promql import BAD_ANSWER, PromQLClient, SourceError
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog
 
 SLOT_LABEL: Final = "k"
 TIME_TAG: Final = "t"
@@ -38,79 +40,83 @@ MISSING: Final = math.inf  # an absent value in a vector (see entries.py)
 _NAME: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
-class Kind(Enum):
-    TIME = "time"
-    SIGNAL = "signal"
-    LEVEL = "level"
-    SCORE = "score"
-    FALLBACK = "fallback"
-    KATA = "kata"
-    INDEX = "index"
-    TRIGGERED = "triggered"
-    VIOLATED = "violated"
-
-
 @dataclass(frozen=True, slots=True)
 class Slot:
+    """One value of a node's vector: a report field (``reporter.fields``) for one key."""
+
     kind: Kind
     series: str  # the metric the value comes from
-    key: str = ""  # signal key, detection label or constraint label
+    key: str = ""  # report signal key, detection label or constraint label
+    missing: str = ""  # its name in NodeEntry.missing
+    tolerance: Tolerance = Tolerance.EXACT
+    query: Query = Query.RECORDED
+    per: Per = Per.NODE
+    is_bool: bool = False
+    bounds: tuple[float, float] | None = None  # None: any finite value
 
     @property
-    def is_bool(self) -> bool:
-        return self.kind in (Kind.FALLBACK, Kind.KATA, Kind.TRIGGERED, Kind.VIOLATED)
-
-
-# The signal that each hard constraint compares with its maximum (DESIGN §2).
-CONSTRAINT_SIGNALS: Final[dict[str, str]] = {
-    series.HARD_CONSTRAINTS["psiMemoryFullMax"]: "psiMemoryFull",
-    series.HARD_CONSTRAINTS["psiIOSomeMax"]: "psiIOSome",
-}
-
-
-def _all_signals() -> dict[str, str]:
-    return {**series.SIGNAL_SERIES, **series.CONTEXT_SERIES}
+    def labelled(self) -> bool:
+        """Selected by its ``detection`` or ``constraint`` label, not by name alone."""
+        return self.per in (Per.DETECTION, Per.CONSTRAINT)
 
 
 class Plan:
-    """Which slots a report needs (``compact`` drops the signal snapshot) and the query text."""
+    """Which slots a report needs (``compact`` drops the signal snapshot) and the query text,
+    derived from the report fields and the detection catalog."""
 
-    def __init__(self, *, compact: bool) -> None:
+    def __init__(self, *, compact: bool, catalog: Catalog = CATALOG) -> None:
         self.compact = compact
-        signals = _all_signals()
-        wanted = set(CONSTRAINT_SIGNALS.values()) if compact else set(signals)
-        slots = [Slot(Kind.TIME, "")]
-        slots += [Slot(Kind.SIGNAL, name, key) for key, name in signals.items() if key in wanted]
-        slots += [
-            Slot(Kind.LEVEL, series.INTERFERENCE_LEVEL),
-            Slot(Kind.SCORE, series.SCHEDULE_SCORE),
-            Slot(Kind.FALLBACK, series.MEMORY_PRESSURE_FALLBACK),
-            Slot(Kind.KATA, series.KATA_READY),
-        ]
-        for label in series.DETECTIONS.values():
-            slots.append(Slot(Kind.INDEX, series.DETECTION_INDEX, label))
-            slots.append(Slot(Kind.TRIGGERED, series.DETECTION_TRIGGERED, label))
-        for label in series.HARD_CONSTRAINTS.values():
-            slots.append(Slot(Kind.VIOLATED, series.HARD_CONSTRAINT_VIOLATED, label))
+        self.catalog = catalog
+        # The recorded series (by catalog key) that each hard constraint compares with its limit.
+        self.constraint_signals = {c.label: c.recorded for c in catalog.constraints}
+        wanted = set(self.constraint_signals.values())
+        keys: dict[Per, list[tuple[str, str]]] = {
+            Per.NODE: [("", "")],
+            Per.REPORTED: [
+                (r.key, r.series) for r in catalog.reported if not compact or r.key in wanted
+            ],
+            Per.DETECTION: [(d.label, "") for d in catalog.detections],
+            Per.CONSTRAINT: [(c.label, "") for c in catalog.constraints],
+        }
+        slots: list[Slot] = []
+        for per, group in groupby(FIELDS, key=lambda f: f.per):
+            fields = list(group)
+            for key, own in keys[per]:
+                slots += [
+                    Slot(
+                        f.kind,
+                        f.series or own,
+                        key,
+                        f.missing.format(key=key),
+                        f.tolerance,
+                        f.query,
+                        f.per,
+                        f.boolean,
+                        f.bounds,
+                    )
+                    for f in fields
+                ]
         self.slots: tuple[Slot, ...] = tuple(slots)
-        self.time_slot = 0
+        self.time_slot = next(i for i, s in enumerate(slots) if s.kind is Kind.TIME)
         self.kata_slot = next(i for i, s in enumerate(slots) if s.kind is Kind.KATA)
         self.signal_slots = {s.key: i for i, s in enumerate(slots) if s.kind is Kind.SIGNAL}
         # Where each recorded sample goes: by metric name, or by name and label value.
         self.simple: dict[str, int] = {}
         self.labelled: dict[str, dict[str, int]] = {}
         for i, s in enumerate(slots):
-            if s.kind in (Kind.TIME, Kind.KATA):
+            if s.query is not Query.RECORDED:
                 continue
-            if s.kind in (Kind.INDEX, Kind.TRIGGERED, Kind.VIOLATED):
+            if s.labelled:
                 self.labelled.setdefault(s.series, {})[s.key] = i
             else:
                 self.simple[s.series] = i
+        self.names = frozenset(s.series for s in slots if s.query is Query.RECORDED)
+        self.label_values = frozenset(s.key for s in slots if s.labelled)
         self.recorded_expr, self.extra_expr, self.info_expr = self._exprs()
         self.exprs = (self.recorded_expr, self.extra_expr, self.info_expr)
 
     def _exprs(self) -> tuple[str, str, str]:
-        names = sorted({s.series for s in self.slots if s.kind not in (Kind.TIME, Kind.KATA)})
+        names = sorted(self.names)
         for name in names:
             if not _NAME.match(name):
                 raise ValueError(f"not a metric name: {name!r}")
@@ -133,23 +139,9 @@ class Plan:
 
 # Metric names and label values the answers can hold. Decoding into Literals returns these very
 # string objects (interned, hash cached) instead of allocating one per sample.
-_RECORDED_NAMES: Final = tuple(
-    sorted(
-        {
-            *series.SIGNAL_SERIES.values(),
-            *series.CONTEXT_SERIES.values(),
-            series.INTERFERENCE_LEVEL,
-            series.SCHEDULE_SCORE,
-            series.MEMORY_PRESSURE_FALLBACK,
-            series.DETECTION_INDEX,
-            series.DETECTION_TRIGGERED,
-            series.HARD_CONSTRAINT_VIOLATED,
-        }
-    )
-)
-_LABEL_VALUES: Final = tuple(
-    sorted({*series.DETECTIONS.values(), *series.HARD_CONSTRAINTS.values()})
-)
+_DEFAULT_PLAN: Final = Plan(compact=False)
+_RECORDED_NAMES: Final = tuple(sorted(_DEFAULT_PLAN.names))
+_LABEL_VALUES: Final = tuple(sorted(_DEFAULT_PLAN.label_values))
 if TYPE_CHECKING:
     RecordedName = str
     LabelValue = str
@@ -231,7 +223,9 @@ class Snapshot:
 
 async def fetch(client: PromQLClient, plan: Plan, at: float) -> Snapshot:
     """Run the plan's three queries at ``at`` and parse the answers. Raises SourceError."""
-    first = asyncio.ensure_future(client.query(plan.recorded_expr, at, RecordedSample, LooseSample))
+    strict = plan.names <= _DEFAULT_PLAN.names and plan.label_values <= _DEFAULT_PLAN.label_values
+    sample: type[RecordedSample] | type[LooseSample] = RecordedSample if strict else LooseSample
+    first = asyncio.ensure_future(client.query(plan.recorded_expr, at, sample, LooseSample))
     second = asyncio.ensure_future(client.query(plan.extra_expr, at, TaggedSample))
     third = asyncio.ensure_future(client.query(plan.info_expr, at, InfoSample))
     try:
@@ -296,3 +290,27 @@ def _int_or_none(text: str) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+__all__ = [
+    "KATA_TAG",
+    "MISSING",
+    "SLOT_LABEL",
+    "TIME_TAG",
+    "InfoLabels",
+    "InfoSample",
+    "Kind",  # re-exported: the readers of a plan's slots need it
+    "LooseLabels",
+    "LooseSample",
+    "Plan",
+    "Point",
+    "RecordedLabels",
+    "RecordedSample",
+    "RuleInfo",
+    "Slot",
+    "Snapshot",
+    "TaggedLabels",
+    "TaggedSample",
+    "fetch",
+    "parse",
+]

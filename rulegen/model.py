@@ -1,11 +1,12 @@
 """The detection model: DetectionRuleConfig as typed Python, its defaults and its validation.
 
-One config drives the recording rules, the alerts, the CRD and the dashboards (DESIGN §2–3), so
-everything about a signal (its config key, ``signal`` label, detection, direction, natural
-bounds) is declared once here. ``load_config`` accepts the custom resource's YAML and fills
-every field the object leaves out from the defaults, field by field, exactly as the CRD's
-structural defaults do on the API server; it then checks what the CRD's CEL rules check, so a
-config the API server would reject is rejected here with the same path.
+One config drives the recording rules, the alerts, the CRD and the dashboards (DESIGN §2–3).
+What a signal, a detection or a hard constraint is (config key, series, label, direction,
+natural bounds, default thresholds) is declared once in ``rulegen.catalog``; the defaults and
+the checks here are derived from a ``Catalog``. ``load_config`` accepts the custom resource's
+YAML and fills every field the object leaves out from the defaults, field by field, exactly as
+the CRD's structural defaults do on the API server; it then checks what the CRD's CEL rules
+check, so a config the API server would reject is rejected here with the same path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, Final
 
 import yaml
 
-from rulegen import limits, series
+from rulegen import limits
+from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import format_duration, parse_duration
 from rulegen.yamlload import MAX_BYTES, load_documents
 
@@ -51,96 +53,8 @@ class ConfigError(ValueError):
         super().__init__(f"invalid DetectionRuleConfig: {summary}")
 
 
-@dataclass(frozen=True, slots=True)
-class SignalSpec:
-    """What the model knows about one thresholded signal."""
-
-    key: str  # config key, e.g. "psiIOSome"
-    detection: str  # detection config key, e.g. "ioCongestion"
-    unit: str
-    help: str
-    lower_is_worse: bool = False
-    fallback: bool = False  # under memoryPressure.fallback: used only where PSI is absent
-    maximum: float | None = None  # natural upper bound of the value (1 for ratios)
-
-    @property
-    def label(self) -> str:
-        """The ``signal`` label value on per-signal series."""
-        return series.SIGNAL_LABELS[self.key]
-
-    @property
-    def series(self) -> str:
-        return series.SIGNAL_SERIES[self.key]
-
-
-SIGNALS: Final[tuple[SignalSpec, ...]] = (
-    SignalSpec(
-        "llcMissRatio",
-        "cachePollution",
-        "ratio",
-        "Last-level-cache misses per LLC reference, all CPUs.",
-        maximum=1.0,
-    ),
-    SignalSpec(
-        "blockIOLatencyP95Seconds",
-        "ioCongestion",
-        "seconds",
-        "95th percentile block request latency of the node's worst device (eBPF histogram; "
-        "the diskstats mean latency where the node has no histogram).",
-    ),
-    SignalSpec(
-        "blockIOLatencyP99Seconds",
-        "ioCongestion",
-        "seconds",
-        "99th percentile block request latency of the node's worst device (eBPF histogram; "
-        "the diskstats mean latency where the node has no histogram).",
-    ),
-    SignalSpec(
-        "psiIOSome",
-        "ioCongestion",
-        "ratio",
-        "Share of wall time some task was stalled on I/O (PSI io some).",
-        maximum=1.0,
-    ),
-    SignalSpec(
-        "psiMemorySome",
-        "memoryPressure",
-        "ratio",
-        "Share of wall time some task was stalled on memory (PSI memory some).",
-        maximum=1.0,
-    ),
-    SignalSpec(
-        "memoryAvailableRatio",
-        "memoryPressure",
-        "ratio",
-        "MemAvailable / MemTotal; lower is worse. Used only where PSI is not available.",
-        lower_is_worse=True,
-        fallback=True,
-        maximum=1.0,
-    ),
-    SignalSpec(
-        "pageScanRate",
-        "memoryPressure",
-        "pages/s",
-        "Pages scanned by reclaim per second. Used only where PSI is not available.",
-        fallback=True,
-    ),
-    SignalSpec(
-        "cpuStealRatio",
-        "cpuContention",
-        "ratio",
-        "Share of CPU time stolen by the hypervisor, per online CPU.",
-        maximum=1.0,
-    ),
-    SignalSpec(
-        "runqueueWaitRatio",
-        "cpuContention",
-        "ratio",
-        "Seconds runnable tasks waited for a CPU per second per online CPU (can exceed 1).",
-    ),
-)
-SIGNALS_BY_KEY: Final[dict[str, SignalSpec]] = {s.key: s for s in SIGNALS}
-DETECTION_KEYS: Final[tuple[str, ...]] = tuple(series.DETECTIONS)
+# The default catalog's signals, for readers that need no other catalog.
+SIGNALS: Final[tuple[Signal, ...]] = CATALOG.signals
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +67,8 @@ class Threshold:
 class Detection:
     weight: float
     signals: Mapping[str, Threshold]  # primary signals, by config key
-    fallback: Mapping[str, Threshold] = field(default_factory=dict)  # memoryPressure only
-
-
-@dataclass(frozen=True, slots=True)
-class HardConstraints:
-    psi_memory_full_max: float
-    psi_io_some_max: float
+    # Only for a detection with a PSI fallback (catalog.Detection.psi_fallback): memoryPressure.
+    fallback: Mapping[str, Threshold] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,49 +85,41 @@ class AlertSettings:
     node_interfered_for: int  # seconds
 
 
-# The defaults, as the CR spells them. docs/detection-model.md gives the measurements and the
-# literature behind each number; change both together.
-DEFAULT_SPEC: Final[dict[str, Any]] = {
-    "window": "10s",
-    "evaluationInterval": "1s",
-    "detections": {
-        "cachePollution": {
-            "weight": 1.0,
-            "signals": {"llcMissRatio": {"warn": 0.5, "critical": 0.8}},
+def default_spec(catalog: Catalog = CATALOG) -> dict[str, Any]:
+    """The defaults, as the CR spells them, from the catalog's defaults.
+
+    docs/detection-model.md gives the measurements and the literature behind each number;
+    change both together.
+    """
+    detections: dict[str, Any] = {}
+    for d in catalog.detections:
+        entry: dict[str, Any] = {"weight": float(d.weight), "signals": _defaults(catalog, d.key)}
+        if d.psi_fallback:
+            entry["fallback"] = _defaults(catalog, d.key, fallback=True)
+        detections[d.key] = entry
+    return {
+        "window": "10s",
+        "evaluationInterval": "1s",
+        "detections": detections,
+        "hardConstraints": {c.key: float(c.default) for c in catalog.constraints},
+        "report": {"staleAfter": "30s", "neutralScore": 50.0},
+        "alerts": {
+            "exporterSelector": 'job=~".*mco-exporter.*"',
+            "runbookURL": "https://github.com/mco-io/mco/blob/main/docs/runbook.md",
+            "nodeInterferedLevel": 0.5,
+            "nodeInterferedFor": "5m",
         },
-        "ioCongestion": {
-            "weight": 1.0,
-            "signals": {
-                "blockIOLatencyP95Seconds": {"warn": 0.025, "critical": 0.1},
-                "blockIOLatencyP99Seconds": {"warn": 0.05, "critical": 0.25},
-                "psiIOSome": {"warn": 0.1, "critical": 0.4},
-            },
-        },
-        "memoryPressure": {
-            "weight": 1.0,
-            "signals": {"psiMemorySome": {"warn": 0.01, "critical": 0.1}},
-            "fallback": {
-                "memoryAvailableRatio": {"warn": 0.15, "critical": 0.05},
-                "pageScanRate": {"warn": 10000.0, "critical": 100000.0},
-            },
-        },
-        "cpuContention": {
-            "weight": 0.0,
-            "signals": {
-                "cpuStealRatio": {"warn": 0.05, "critical": 0.2},
-                "runqueueWaitRatio": {"warn": 0.25, "critical": 1.0},
-            },
-        },
-    },
-    "hardConstraints": {"psiMemoryFullMax": 0.0, "psiIOSomeMax": 0.6},
-    "report": {"staleAfter": "30s", "neutralScore": 50.0},
-    "alerts": {
-        "exporterSelector": 'job=~".*mco-exporter.*"',
-        "runbookURL": "https://github.com/mco-io/mco/blob/main/docs/runbook.md",
-        "nodeInterferedLevel": 0.5,
-        "nodeInterferedFor": "5m",
-    },
-}
+    }
+
+
+def _defaults(catalog: Catalog, detection: str, *, fallback: bool = False) -> dict[str, Any]:
+    return {
+        s.key: {"warn": float(s.warn), "critical": float(s.critical)}
+        for s in catalog.signals_of(detection, fallback=fallback)
+    }
+
+
+DEFAULT_SPEC: Final[dict[str, Any]] = default_spec()
 # Leaves that are durations (strings) rather than free strings.
 DURATION_FIELDS: Final = frozenset(
     {"window", "evaluationInterval", "report.staleAfter", "alerts.nodeInterferedFor"}
@@ -229,19 +130,21 @@ DURATION_FIELDS: Final = frozenset(
 class DetectionRuleConfig:
     window: int  # seconds
     evaluation_interval: int  # seconds
-    detections: Mapping[str, Detection]  # by config key, in DETECTION_KEYS order
-    hard_constraints: HardConstraints
+    detections: Mapping[str, Detection]  # by config key, in catalog order
+    hard_constraints: Mapping[str, float]  # limit by config key, in catalog order
     report: ReportSettings
     alerts: AlertSettings
 
     @classmethod
-    def default(cls) -> DetectionRuleConfig:
-        return from_spec({})
+    def default(cls, catalog: Catalog = CATALOG) -> DetectionRuleConfig:
+        return from_spec({}, catalog)
 
     def threshold(self, signal_key: str) -> Threshold:
-        spec = SIGNALS_BY_KEY[signal_key]
-        detection = self.detections[spec.detection]
-        return (detection.fallback if spec.fallback else detection.signals)[signal_key]
+        for detection in self.detections.values():
+            found = detection.signals.get(signal_key) or detection.fallback.get(signal_key)
+            if found is not None:
+                return found
+        raise KeyError(signal_key)
 
     def weight(self, detection_key: str) -> float:
         return self.detections[detection_key].weight
@@ -261,10 +164,7 @@ class DetectionRuleConfig:
             "window": format_duration(self.window),
             "evaluationInterval": format_duration(self.evaluation_interval),
             "detections": detections,
-            "hardConstraints": {
-                "psiMemoryFullMax": self.hard_constraints.psi_memory_full_max,
-                "psiIOSomeMax": self.hard_constraints.psi_io_some_max,
-            },
+            "hardConstraints": dict(self.hard_constraints),
             "report": {
                 "staleAfter": format_duration(self.report.stale_after),
                 "neutralScore": self.report.neutral_score,
@@ -343,7 +243,7 @@ def load_config(text_or_path: str | Path) -> DetectionRuleConfig:
         raise ConfigError([f"{source}: {p}" for p in exc.problems]) from exc
 
 
-def config_from_object(obj: Mapping[str, Any]) -> DetectionRuleConfig:
+def config_from_object(obj: Mapping[str, Any], catalog: Catalog = CATALOG) -> DetectionRuleConfig:
     """The config of a DetectionRuleConfig object (as read from the API or a file)."""
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     problems = []
@@ -356,16 +256,17 @@ def config_from_object(obj: Mapping[str, Any]) -> DetectionRuleConfig:
     if problems:
         raise ConfigError(problems)
     spec = obj.get("spec")
-    return from_spec({} if spec is None else spec)
+    return from_spec({} if spec is None else spec, catalog)
 
 
-def from_spec(spec: Any) -> DetectionRuleConfig:
+def from_spec(spec: Any, catalog: Catalog = CATALOG) -> DetectionRuleConfig:
     """Fill ``spec`` from the defaults field by field, then check every rule the CRD checks."""
     problems: list[str] = []
-    merged = _merge(DEFAULT_SPEC, spec, "spec", problems)
+    defaults = DEFAULT_SPEC if catalog is CATALOG else default_spec(catalog)
+    merged = _merge(defaults, spec, "spec", problems)
     if problems:
         raise ConfigError(problems)
-    config = _build(merged, problems)
+    config = _build(merged, problems, catalog)
     if problems or config is None:
         raise ConfigError(problems)
     return config
@@ -407,7 +308,7 @@ def _duration(merged: Mapping[str, Any], dotted: str, problems: list[str]) -> in
 
 
 def _threshold(
-    signal: SignalSpec, raw: Mapping[str, float], path: str, problems: list[str]
+    signal: Signal, raw: Mapping[str, float], path: str, problems: list[str]
 ) -> Threshold:
     warn, critical = raw["warn"], raw["critical"]
     maximum = limits.threshold_maximum(signal.maximum)
@@ -429,7 +330,9 @@ def _threshold(
     return Threshold(warn=warn, critical=critical)
 
 
-def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig | None:
+def _build(
+    merged: dict[str, Any], problems: list[str], catalog: Catalog
+) -> DetectionRuleConfig | None:
     before = len(problems)
     window = _duration(merged, "window", problems)
     interval = _duration(merged, "evaluationInterval", problems)
@@ -439,14 +342,14 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
             f"spec.evaluationInterval ({merged['evaluationInterval']})"
         )
     detections: dict[str, Detection] = {}
-    for key in DETECTION_KEYS:
+    for key in (d.key for d in catalog.detections):
         raw = merged["detections"][key]
         path = f"spec.detections.{key}"
         limits.check_weight(raw["weight"], f"{path}.weight", problems)
         thresholds: dict[str, dict[str, Threshold]] = {"signals": {}, "fallback": {}}
         for part in ("signals", "fallback"):
             for signal_key, t in raw.get(part, {}).items():
-                signal = SIGNALS_BY_KEY[signal_key]
+                signal = catalog.signal(signal_key)
                 thresholds[part][signal_key] = _threshold(
                     signal, t, f"{path}.{part}.{signal_key}", problems
                 )
@@ -454,9 +357,13 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
     if all(d.weight <= 0 for d in detections.values()):
         problems.append("spec.detections: at least one detection needs a weight above 0")
     hard = merged["hardConstraints"]
-    for key, value in hard.items():
-        if not 0 <= value <= 1:
-            problems.append(f"spec.hardConstraints.{key}: must be within [0, 1], got {value:g}")
+    for constraint in catalog.constraints:
+        value, maximum = hard[constraint.key], limits.threshold_maximum(constraint.maximum)
+        if not 0 <= value <= maximum:
+            problems.append(
+                f"spec.hardConstraints.{constraint.key}: must be within [0, {maximum:g}], "
+                f"got {value:g}"
+            )
     report = merged["report"]
     if not 0 <= report["neutralScore"] <= 100:
         problems.append(
@@ -487,7 +394,7 @@ def _build(merged: dict[str, Any], problems: list[str]) -> DetectionRuleConfig |
         window=window,
         evaluation_interval=interval,
         detections=detections,
-        hard_constraints=HardConstraints(hard["psiMemoryFullMax"], hard["psiIOSomeMax"]),
+        hard_constraints={c.key: hard[c.key] for c in catalog.constraints},
         report=ReportSettings(stale_after, report["neutralScore"]),
         alerts=AlertSettings(
             alerts["exporterSelector"],

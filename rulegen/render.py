@@ -1,7 +1,9 @@
 """Render the detection model into Prometheus rules: a plain rule file or a PrometheusRule.
 
-The PromQL lives in ``templates/groups.yaml.j2``; this module only prepares the numbers and
-names it needs. Both output formats embed the very same ``groups`` text.
+The fixed PromQL lives in ``templates/groups.yaml.j2``, which loops over the catalog's tables
+(``rulegen.catalog``: each recorded series' expression, each signal, detection and hard
+constraint); this module only prepares the numbers and names it needs. Both output formats
+embed the very same ``groups`` text.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import yaml
 
 from mco import selfmetrics
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog, Detection, Signal
 from rulegen.durations import format_duration
-from rulegen.model import SIGNALS, DetectionRuleConfig
+from rulegen.model import DetectionRuleConfig
 
 _DNS1123_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -47,61 +50,79 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _gate(signal_fallback: bool, detection: str) -> str:
-    """Where a signal counts: memory-pressure signals depend on whether the node has PSI."""
-    if detection != "memoryPressure":
+def _gate(signal: Signal, detection: Detection) -> str:
+    """Where a signal counts: a detection with a PSI fallback depends on whether the node has
+    PSI (its primary signals where it does, its fallback signals where it does not)."""
+    if not detection.psi_fallback:
         return ""
-    return f"{series.MEMORY_PRESSURE_FALLBACK} == {1 if signal_fallback else 0}"
+    return f"{series.MEMORY_PRESSURE_FALLBACK} == {1 if signal.fallback else 0}"
 
 
-def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
+def _plain_scalar(text: str) -> bool:
+    """``text`` reads back as itself written as a plain YAML scalar (no ``: ``, `` #`` …)."""
+    try:
+        return bool(yaml.safe_load(f"k: {text}") == {"k": text})
+    except yaml.YAMLError:
+        return False
+
+
+def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> dict[str, Any]:
+    window = format_duration(config.window)
+    recorded: list[dict[str, Any]] = []
+    for r in catalog.recorded:
+        expr = catalog.expr(r, window)
+        recorded.append(
+            {
+                "series": r.series,
+                "expr": expr,
+                "block": "\n" in expr or not _plain_scalar(expr),
+                "comment": r.comment.splitlines(),
+            }
+        )
     signals: list[dict[str, Any]] = []
-    for spec in SIGNALS:
+    for spec in catalog.signals:
         threshold = config.threshold(spec.key)
+        detection = catalog.detection(spec.detection)
         signals.append(
             {
                 "key": spec.key,
                 "label": spec.label,
                 "series": spec.series,
-                "detection": series.DETECTIONS[spec.detection],
+                "detection": detection.label,
                 "detection_key": spec.detection,
                 "warn": threshold.warn,
                 "critical": threshold.critical,
                 "lower_is_worse": spec.lower_is_worse,
-                "gate": _gate(spec.fallback, spec.detection),
+                "gate": _gate(spec, detection),
             }
         )
     detections: list[dict[str, Any]] = [
         {
-            "key": key,
-            "label": label,
-            "weight": config.weight(key),
-            "signals": [s for s in signals if s["detection_key"] == key],
+            "key": d.key,
+            "label": d.label,
+            "weight": config.weight(d.key),
+            "signals": [s for s in signals if s["detection_key"] == d.key],
         }
-        for key, label in series.DETECTIONS.items()
+        for d in catalog.detections
     ]
-    hard = config.hard_constraints
     return {
         "s": series,
-        "series_of": {**series.SIGNAL_SERIES, **series.CONTEXT_SERIES},
-        "w": format_duration(config.window),
+        "w": window,
         "interval": format_duration(config.evaluation_interval),
         "generation": generation,
         "hash": config.config_hash(),
+        "recorded": recorded,
         "signals": signals,
         "detections": detections,
         "weighted": [d for d in detections if d["weight"] > 0],
         "hard": [
             {
-                "label": series.HARD_CONSTRAINTS["psiMemoryFullMax"],
-                "series": series.CONTEXT_SERIES["psiMemoryFull"],
-                "max": hard.psi_memory_full_max,
-            },
-            {
-                "label": series.HARD_CONSTRAINTS["psiIOSomeMax"],
-                "series": series.SIGNAL_SERIES["psiIOSome"],
-                "max": hard.psi_io_some_max,
-            },
+                "label": c.label,
+                "series": catalog.by_key(c.recorded).series,
+                "operator": c.operator,
+                "max": config.hard_constraints[c.key],
+            }
+            for c in catalog.constraints
         ],
         "alerts": config.alerts,
         "runbook": config.alerts.runbook_url,
@@ -112,20 +133,25 @@ def _context(config: DetectionRuleConfig, generation: int) -> dict[str, Any]:
     }
 
 
-def _groups(config: DetectionRuleConfig, generation: int) -> tuple[str, dict[str, Any]]:
+def _groups(
+    config: DetectionRuleConfig, generation: int, catalog: Catalog
+) -> tuple[str, dict[str, Any]]:
     if generation < 0:
         raise ValueError(f"generation must be >= 0, got {generation}")
-    context = _context(config, generation)
+    context = _context(config, generation, catalog)
     text = _environment().get_template("groups.yaml.j2").render(context)
     return text.rstrip("\n") + "\n", context
 
 
-def render_rules(config: DetectionRuleConfig, generation: int = 0) -> str:
+def render_rules(
+    config: DetectionRuleConfig, generation: int = 0, catalog: Catalog = CATALOG
+) -> str:
     """A Prometheus rule file (``rule_files:``) encoding ``config``.
 
-    ``generation`` is the DetectionRuleConfig's metadata.generation (0: the built-in default).
+    ``generation`` is the DetectionRuleConfig's metadata.generation (0: the built-in default);
+    ``config`` must come from ``catalog`` (``from_spec(spec, catalog)``).
     """
-    groups, context = _groups(config, generation)
+    groups, context = _groups(config, generation, catalog)
     text = _environment().get_template("rules.yaml.j2").render(context, groups=groups)
     _check_yaml(text)
     return text
@@ -138,13 +164,14 @@ def render_prometheusrule(
     namespace: str | None,
     labels: Mapping[str, str] | None = None,
     generation: int = 0,
+    catalog: Catalog = CATALOG,
 ) -> str:
     """A monitoring.coreos.com/v1 PrometheusRule holding the same groups as ``render_rules``."""
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
         raise ValueError(f"PrometheusRule name {name!r} is not a DNS-1123 subdomain")
     if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
         raise ValueError(f"namespace {namespace!r} is not a DNS-1123 label")
-    groups, context = _groups(config, generation)
+    groups, context = _groups(config, generation, catalog)
     text = (
         _environment()
         .get_template("prometheusrule.yaml.j2")

@@ -1,6 +1,8 @@
 """Names of the recorded series: the contract between the rules, the reporter and the dashboards.
 
 DESIGN §2. Everything that reads Prometheus imports these constants instead of spelling names.
+The per-signal, per-detection and per-constraint names are declared in ``rulegen.catalog``;
+the ones here are the fixed series every model has.
 """
 
 from __future__ import annotations
@@ -8,38 +10,19 @@ from __future__ import annotations
 from typing import Final
 
 from mco import selfmetrics
+from rulegen.catalog import CATALOG
 
+# Views of the default catalog (rulegen/catalog.py declares each series once), for readers
+# that need only names. Code that derives from the model takes a ``Catalog`` instead.
 # Smoothed signals, keyed by the DetectionRuleConfig signal key that thresholds them.
-SIGNAL_SERIES: Final[dict[str, str]] = {
-    "llcMissRatio": "node:mco_llc_miss_ratio:smoothed",
-    "blockIOLatencyP95Seconds": "node:mco_block_io_latency_p95_seconds:smoothed",
-    "blockIOLatencyP99Seconds": "node:mco_block_io_latency_p99_seconds:smoothed",
-    "psiIOSome": "node:mco_psi_io_some_ratio:smoothed",
-    "psiMemorySome": "node:mco_psi_memory_some_ratio:smoothed",
-    "memoryAvailableRatio": "node:mco_memory_available_ratio:smoothed",
-    "pageScanRate": "node:mco_pgscan_rate:smoothed",
-    "cpuStealRatio": "node:mco_cpu_steal_ratio:smoothed",
-    "runqueueWaitRatio": "node:mco_runqueue_wait_ratio:smoothed",
-}
+SIGNAL_SERIES: Final[dict[str, str]] = {s.key: s.series for s in CATALOG.signals}
 # Smoothed series recorded for dashboards and hard constraints, not thresholded as signals.
-CONTEXT_SERIES: Final[dict[str, str]] = {
-    "llcOccupancyBytes": "node:mco_llc_occupancy_bytes:smoothed",
-    "psiCPUSome": "node:mco_psi_cpu_some_ratio:smoothed",
-    "psiIOFull": "node:mco_psi_io_full_ratio:smoothed",
-    "psiMemoryFull": "node:mco_psi_memory_full_ratio:smoothed",
-}
+CONTEXT_SERIES: Final[dict[str, str]] = {c.key: c.series for c in CATALOG.context}
 
 # Detection keys in the DetectionRuleConfig -> the ``detection`` label value.
-DETECTIONS: Final[dict[str, str]] = {
-    "cachePollution": "cache_pollution",
-    "ioCongestion": "io_congestion",
-    "memoryPressure": "memory_pressure",
-    "cpuContention": "cpu_contention",
-}
-HARD_CONSTRAINTS: Final[dict[str, str]] = {
-    "psiMemoryFullMax": "psi_memory_full",
-    "psiIOSomeMax": "psi_io_some",
-}
+DETECTIONS: Final[dict[str, str]] = {d.key: d.label for d in CATALOG.detections}
+# Hard-constraint keys in the DetectionRuleConfig -> the ``constraint`` label value.
+HARD_CONSTRAINTS: Final[dict[str, str]] = {c.key: c.label for c in CATALOG.constraints}
 
 DETECTION_INDEX: Final = "node:mco_detection_index:ratio"  # {detection}
 DETECTION_TRIGGERED: Final = "node:mco_detection_triggered:bool"  # {detection}
@@ -51,7 +34,7 @@ SCHEDULE_SCORE: Final = "node:mco_schedule_score"
 # evaluation instead of once per rule (see docs/detection-model.md, "Intermediate series").
 # Per (node, device, le): the eBPF latency buckets' rate over the window, summed over
 # operations; both latency quantiles are computed from it.
-BLOCK_IO_LATENCY_BUCKET_RATE: Final = "node_device:mco_block_io_latency_seconds_bucket:rate"
+BLOCK_IO_LATENCY_BUCKET_RATE: Final = CATALOG.by_key("blockIOLatencyBucketRate").series
 # Per node, constant 1: the node set (``group by (node)`` of NODE_INFO), which every rule that
 # must give a value on every node reads.
 NODE_SET: Final = "node:mco_node:info"
@@ -66,17 +49,7 @@ KATA_READY: Final = "mco_kata_runtime_ready"
 # drives a detection. Recorded only where the signal counts for its detection on that node
 # (the memory-pressure fallback signals only where PSI is not available).
 SIGNAL_INDEX: Final = "node:mco_signal_index:ratio"  # {detection, signal}
-SIGNAL_LABELS: Final[dict[str, str]] = {
-    "llcMissRatio": "llc_miss_ratio",
-    "blockIOLatencyP95Seconds": "block_io_latency_p95_seconds",
-    "blockIOLatencyP99Seconds": "block_io_latency_p99_seconds",
-    "psiIOSome": "psi_io_some",
-    "psiMemorySome": "psi_memory_some",
-    "memoryAvailableRatio": "memory_available_ratio",
-    "pageScanRate": "pgscan_rate",
-    "cpuStealRatio": "cpu_steal_ratio",
-    "runqueueWaitRatio": "runqueue_wait_ratio",
-}
+SIGNAL_LABELS: Final[dict[str, str]] = {s.key: s.label for s in CATALOG.signals}
 # The node set: every node whose exporter is up has this series (label ``node`` from the
 # scrape, ``nodename`` from the exporter); the rules use it so every ``:bool`` series exists
 # on every node.

@@ -1,9 +1,10 @@
 """Grafana dashboards generated from the detection model (``make generate`` writes them).
 
-Thresholds, weights and series names come from ``rulegen.model`` and ``rulegen.series``, so a
-dashboard cannot disagree with the rules. Each dashboard is written twice with the same bytes:
-``dashboards/`` for importing by hand, and ``charts/mco/dashboards/`` where the chart's
-ConfigMaps read it (Helm reads only files inside the chart).
+Thresholds, weights, signals and series names come from ``rulegen.model`` and
+``rulegen.catalog`` (each board's ``build`` takes a ``Catalog``), so a dashboard cannot disagree
+with the rules. Each dashboard is written twice with the same bytes: ``dashboards/`` for
+importing by hand, and ``charts/mco/dashboards/`` where the chart's ConfigMaps read it (Helm
+reads only files inside the chart).
 """
 
 from __future__ import annotations

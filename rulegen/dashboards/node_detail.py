@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.dashboards.panels import (
     NODE_VAR,
     UNITS,
@@ -21,26 +22,22 @@ from rulegen.dashboards.panels import (
     timeseries,
     warn_critical_steps,
 )
-from rulegen.model import SIGNALS, DetectionRuleConfig, SignalSpec
+from rulegen.model import DetectionRuleConfig
 
 UID: Final = "mco-node-detail"
 ONE_NODE: Final = f'node="${NODE_VAR}"'
 YES_NO: Final = ((0, "no", "green"), (1, "yes", "red"))
 
 
-def _signal_panel(spec: SignalSpec, config: DetectionRuleConfig) -> PanelBuilder:
+def _signal_panel(spec: Signal, config: DetectionRuleConfig, catalog: Catalog) -> PanelBuilder:
     t = config.threshold(spec.key)
-    detection = series.DETECTIONS[spec.detection]
+    detection = catalog.detection(spec.detection).label
     weight = config.weight(spec.detection)
     steps = warn_critical_steps(t.warn, t.critical, lower_is_worse=spec.lower_is_worse)
-    if spec.key == "psiIOSome":
-        steps.append(Step(config.hard_constraints.psi_io_some_max, "dark-red"))
+    limits = [config.hard_constraints[c.key] for c in catalog.constraints_on(spec.key)]
+    steps += [Step(limit, "dark-red") for limit in limits]
     where = " Counts only where the node has no PSI (the fallback)." if spec.fallback else ""
-    hard = (
-        f" Dark red: the hard limit {config.hard_constraints.psi_io_some_max:g}."
-        if spec.key == "psiIOSome"
-        else ""
-    )
+    hard = "".join(f" Dark red: the hard limit {limit:g}." for limit in limits)
     return timeseries(
         f"{detection} · {spec.label}",
         [
@@ -56,9 +53,10 @@ def _signal_panel(spec: SignalSpec, config: DetectionRuleConfig) -> PanelBuilder
     )
 
 
-def build(config: DetectionRuleConfig) -> str:
+def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
-    hard = config.hard_constraints
+    memory_full_max = config.hard_constraints["psiMemoryFullMax"]
+    context = {c.key: c.series for c in catalog.context}
     board = new_dashboard(
         UID,
         "MCO / Node detail",
@@ -146,23 +144,23 @@ def build(config: DetectionRuleConfig) -> str:
             maximum=1,
         ),
     ]
-    panels += [_signal_panel(spec, config) for spec in SIGNALS]
+    panels += [_signal_panel(spec, config, catalog) for spec in catalog.signals]
     panels += [
         timeseries(
             "PSI memory full (hard constraint)",
-            [Query(f"{series.CONTEXT_SERIES['psiMemoryFull']}{{{ONE_NODE}}}", "memory full")],
+            [Query(f"{context['psiMemoryFull']}{{{ONE_NODE}}}", "memory full")],
             unit="percentunit",
             description="Share of time all non-idle tasks stalled on memory; above "
-            f"{hard.psi_memory_full_max:g} the node is blocked.",
-            steps=[Step(None, "green"), Step(hard.psi_memory_full_max, "dark-red")],
+            f"{memory_full_max:g} the node is blocked.",
+            steps=[Step(None, "green"), Step(memory_full_max, "dark-red")],
             minimum=0,
             width=8,
         ),
         timeseries(
             "PSI cpu some, io full",
             [
-                Query(f"{series.CONTEXT_SERIES['psiCPUSome']}{{{ONE_NODE}}}", "cpu some"),
-                Query(f"{series.CONTEXT_SERIES['psiIOFull']}{{{ONE_NODE}}}", "io full"),
+                Query(f"{context['psiCPUSome']}{{{ONE_NODE}}}", "cpu some"),
+                Query(f"{context['psiIOFull']}{{{ONE_NODE}}}", "io full"),
             ],
             unit="percentunit",
             description="Context: recorded for reading, not thresholded.",
@@ -171,7 +169,7 @@ def build(config: DetectionRuleConfig) -> str:
         ),
         timeseries(
             "LLC occupancy",
-            [Query(f"{series.CONTEXT_SERIES['llcOccupancyBytes']}{{{ONE_NODE}}}", "occupancy")],
+            [Query(f"{context['llcOccupancyBytes']}{{{ONE_NODE}}}", "occupancy")],
             unit=UNITS["bytes"],
             description="resctrl LLC occupancy summed over the node's control groups "
             "(needs resctrl with L3 monitoring).",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from rulegen import series
+from rulegen.catalog import CATALOG, Catalog
 from rulegen.dashboards.panels import (
     NODE_MATCH,
     Query,
@@ -21,12 +22,15 @@ from rulegen.model import DetectionRuleConfig
 UID: Final = "mco-cluster-overview"
 
 
-def build(config: DetectionRuleConfig) -> str:
+def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
     level_steps = [Step(None, "green"), Step(interfered, "red")]
     level = f"{series.INTERFERENCE_LEVEL}{{{NODE_MATCH}}}"
     hard = f"{series.HARD_CONSTRAINT_VIOLATED}{{{NODE_MATCH}}}"
     fallback = f"{series.MEMORY_PRESSURE_FALLBACK}{{{NODE_MATCH}}}"
+    limits = ", ".join(
+        f"{c.title} {c.relation} {config.hard_constraints[c.key]:g}" for c in catalog.constraints
+    )
     board = new_dashboard(
         UID,
         "MCO / Cluster overview",
@@ -98,9 +102,7 @@ def build(config: DetectionRuleConfig) -> str:
         timeseries(
             "Nodes blocked by a hard constraint",
             [Query(f"sum by (constraint) ({hard})", "{{constraint}}")],
-            description="Nodes the extender rejects, by the constraint they violate "
-            f"(PSI memory full above {config.hard_constraints.psi_memory_full_max:g}, PSI io "
-            f"some above {config.hard_constraints.psi_io_some_max:g}).",
+            description=f"Nodes the extender rejects, by the constraint they violate ({limits}).",
             minimum=0,
         ),
         timeseries(

@@ -77,7 +77,7 @@ def test_violations_carry_the_value_and_the_configured_limit() -> None:
     entry = b.build(vector(b.plan, values, T0), "t", live=True)
     assert not entry.schedulable
     assert entry.violations == [
-        Violation("psi_io_some", 0.93, CONFIG.hard_constraints.psi_io_some_max)
+        Violation("psi_io_some", 0.93, CONFIG.hard_constraints["psiIOSomeMax"])
     ]
     assert entry.reasons == [
         "triggered:io_congestion",

@@ -40,11 +40,11 @@ async def test_file_is_reloaded_when_it_changes_and_a_bad_edit_is_ignored(tmp_pa
     path = tmp_path / "config.yaml"
     path.write_text(config_yaml(0.7))
     source = RuleConfigSource(path=str(path))
-    assert source.load_initial().hard_constraints.psi_io_some_max == 0.7
+    assert source.load_initial().hard_constraints["psiIOSomeMax"] == 0.7
     assert source.config.report.stale_after == 45
     path.write_text(config_yaml(0.6, "1m"))
     os.utime(path, ns=(1, 10**18))  # a new mtime even within the same clock tick
-    assert (await source.current()).hard_constraints.psi_io_some_max == 0.6
+    assert (await source.current()).hard_constraints["psiIOSomeMax"] == 0.6
     path.write_text("spec: {window: 0s}\n")
     os.utime(path, ns=(1, 2 * 10**18))
     assert (await source.current()).report.stale_after == 60  # kept the last good one
@@ -71,7 +71,7 @@ def watching(kapi: VersionedKubernetes) -> Callable[[], bool]:
 
 
 def io_max(source: RuleConfigSource) -> float:
-    return source.config.hard_constraints.psi_io_some_max
+    return source.config.hard_constraints["psiIOSomeMax"]
 
 
 async def test_api_object_is_followed_by_a_watch_not_polled(
@@ -179,5 +179,5 @@ async def test_hostile_file_edits_are_rejected_fast_and_the_last_good_one_kept(
         path.write_text(hostile)
         os.utime(path, ns=(1, n * 10**18))
         start = time.perf_counter()
-        assert (await source.current()).hard_constraints.psi_io_some_max == 0.7
+        assert (await source.current()).hard_constraints["psiIOSomeMax"] == 0.7
         assert time.perf_counter() - start < 0.5

@@ -210,7 +210,7 @@ def test_a_new_rule_config_rebuilds_entries_with_its_limits() -> None:
     hot[(Kind.VIOLATED, "psi_io_some")] = 1.0
     hot[(Kind.SIGNAL, "psiIOSome")] = 0.9
     t.apply(snapshot(PLAN, {"a": hot}, T0))
-    assert t.entries["a"].violations[0].limit == CONFIG.hard_constraints.psi_io_some_max
+    assert t.entries["a"].violations[0].limit == CONFIG.hard_constraints["psiIOSomeMax"]
     stricter = from_spec({"hardConstraints": {"psiIOSomeMax": 0.5}, "report": {"staleAfter": "1m"}})
     t.with_builder(EntryBuilder(PLAN, stricter, Epsilon()), 60.0, 5.0)
     t.apply(snapshot(PLAN, {"a": hot}, T0 + 1))

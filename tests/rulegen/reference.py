@@ -252,8 +252,8 @@ def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
         return 1.0 if key in values and values[key] > limit else 0.0
 
     result.hard = {
-        "psi_memory_full": above("psiMemoryFull", hard.psi_memory_full_max),
-        "psi_io_some": above("psiIOSome", hard.psi_io_some_max),
+        "psi_memory_full": above("psiMemoryFull", hard["psiMemoryFullMax"]),
+        "psi_io_some": above("psiIOSome", hard["psiIOSomeMax"]),
     }
     return result
 

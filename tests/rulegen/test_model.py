@@ -28,7 +28,7 @@ def test_defaults_follow_the_design():
     c = DetectionRuleConfig.default()
     assert (c.window, c.evaluation_interval) == (10, 1)
     assert (c.report.stale_after, c.report.neutral_score) == (30, 50.0)
-    assert c.hard_constraints.psi_memory_full_max == 0.0
+    assert c.hard_constraints["psiMemoryFullMax"] == 0.0
     assert c.weight("cpuContention") == 0.0
     assert all(c.weight(k) > 0 for k in ("cachePollution", "ioCongestion", "memoryPressure"))
     avail = c.threshold("memoryAvailableRatio")

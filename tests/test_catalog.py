@@ -1,0 +1,345 @@
+"""A signal, a detection and a hard constraint added in one place (a copy of the catalog) reach
+every part: promtool-valid rules that compute them, the CRD schema, the config model, the
+reporter's query plan and entries, and the node dashboard.
+
+The global catalog is never touched: every derivation takes the catalog as a parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from reporter.entries import EntryBuilder, Epsilon
+from reporter.promql import PromQLClient, SourceConfig
+from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, fetch, parse
+from reporter.schema import Violation
+from rulegen import series
+from rulegen.catalog import CATALOG, Catalog, Detection, HardConstraint, Signal
+from rulegen.crd import crd
+from rulegen.dashboards import node_detail, overview
+from rulegen.model import ConfigError, DetectionRuleConfig, default_spec, from_spec
+from rulegen.render import render_rules
+from scripts.procs import free_port
+from tests.reporter.helpers import T0, answers, decode, ok, slot_of
+from tests.rulegen.crd_validation import api_server_errors
+from tests.rulegen.test_promtool import assert_clean_check
+
+NUMA = Signal(
+    key="memoryRemoteRatio",
+    series="node:mco_memory_remote_ratio:smoothed",
+    label="memory_remote_ratio",
+    detection="numaTraffic",
+    unit="ratio",
+    help="Share of the node's memory traffic that crossed to another NUMA node.",
+    maximum=1.0,
+    warn=0.25,
+    critical=0.75,
+    comment="Remote traffic: all traffic less the local part, per node.",
+    expr="""\
+1 - (
+    sum by (node) (rate(mco_memory_bandwidth_bytes_total{scope="local"}[$w]))
+  / (sum by (node) (rate(mco_memory_bandwidth_bytes_total{scope="total"}[$w])) > 0)
+)""",
+)
+REMOTE_MAX = HardConstraint(
+    key="memoryRemoteMax",
+    label="memory_remote",
+    recorded="memoryRemoteRatio",
+    default=0.375,
+    title="remote memory traffic",
+    help="Max share of memory traffic to remote NUMA nodes.",
+)
+EXTENDED = dataclasses.replace(
+    CATALOG,
+    recorded=(*CATALOG.recorded, NUMA),
+    detections=(*CATALOG.detections, Detection(key="numaTraffic", label="numa_traffic", weight=2)),
+    constraints=(*CATALOG.constraints, REMOTE_MAX),
+)
+CONFIG = DetectionRuleConfig.default(EXTENDED)
+
+
+def test_the_global_catalog_is_untouched() -> None:
+    assert NUMA not in CATALOG.recorded
+    assert "memoryRemoteRatio" not in series.SIGNAL_SERIES
+    assert "numaTraffic" not in default_spec()["detections"]
+
+
+def test_the_model_takes_its_defaults_and_checks_from_the_table() -> None:
+    assert CONFIG.threshold("memoryRemoteRatio").warn == 0.25
+    assert CONFIG.weight("numaTraffic") == 2
+    assert CONFIG.hard_constraints["memoryRemoteMax"] == 0.375
+    spec = {"detections": {"numaTraffic": {"signals": {"memoryRemoteRatio": {"critical": 1.5}}}}}
+    with pytest.raises(ConfigError, match=r"memoryRemoteRatio.critical: must be <= 1"):
+        from_spec(spec, EXTENDED)
+    with pytest.raises(ConfigError, match=r"spec.detections.numaTraffic: unknown field"):
+        from_spec(spec)  # the default catalog knows no such detection
+
+
+def test_rules_pass_promtool_check_without_findings(tmp_path: Path) -> None:
+    rules = render_rules(CONFIG, generation=1, catalog=EXTENDED)
+    (tmp_path / "rules.yaml").write_text(rules)
+    assert_clean_check(tmp_path / "rules.yaml")
+    assert "# Remote traffic: all traffic less the local part, per node." in rules
+    # The default rules are the same but for the additions.
+    assert render_rules(DetectionRuleConfig.default()) != rules
+
+
+def _series(name: str, labels: str, values: str) -> dict[str, str]:
+    return {"series": f'{name}{{job="mco-exporter",node="n1"{labels}}}', "values": values}
+
+
+def test_rules_compute_the_new_signal_detection_and_constraint(tmp_path: Path) -> None:
+    """Remote share 1 - 60/80 = 0.25 of the domains' totals (at warn), 1 - 20/80 = 0.75 later."""
+    (tmp_path / "rules.yaml").write_text(render_rules(CONFIG, catalog=EXTENDED))
+    bandwidth = "mco_memory_bandwidth_bytes_total"
+    inputs = [
+        _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x60"),
+        _series("mco_pressure_available", "", "1+0x60"),
+        _series(bandwidth, ',domain="0",scope="total"', "0+50x60"),
+        _series(bandwidth, ',domain="1",scope="total"', "0+30x60"),
+        # Local traffic slows down after 30 s: 40 + 20 of 80, then 10 + 10.
+        _series(bandwidth, ',domain="0",scope="local"', "0+40x30 1210+10x29"),
+        _series(bandwidth, ',domain="1",scope="local"', "0+20x30 610+10x29"),
+    ]
+    node = 'node="n1"'
+
+    def expect(expr: str, at: str, labels: str, value: float) -> dict[str, Any]:
+        return {
+            "expr": expr,
+            "eval_time": at,
+            "exp_samples": [{"labels": labels, "value": value}],
+        }
+
+    index = f'{series.SIGNAL_INDEX}{{detection="numa_traffic",{node},signal="memory_remote_ratio"}}'
+    violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",{node}}}'
+    triggered = f'{series.DETECTION_TRIGGERED}{{detection="numa_traffic",{node}}}'
+    suite = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1s",
+        "tests": [
+            {
+                "interval": "1s",
+                "input_series": inputs,
+                "promql_expr_test": [
+                    expect(NUMA.series, "20s", f"{NUMA.series}{{{node}}}", 0.25),
+                    expect(series.SIGNAL_INDEX, "20s", index, 0),
+                    expect(
+                        series.DETECTION_TRIGGERED + "{detection='numa_traffic'}",
+                        "20s",
+                        triggered,
+                        1,
+                    ),
+                    expect(
+                        series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+                        "20s",
+                        violated,
+                        0,
+                    ),
+                    expect(NUMA.series, "55s", f"{NUMA.series}{{{node}}}", 0.75),
+                    # (0.75 - 0.25) / (0.75 - 0.25): the index reaches 1, above the 0.375 limit.
+                    expect(series.SIGNAL_INDEX, "55s", index, 1),
+                    expect(
+                        series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+                        "55s",
+                        violated,
+                        1,
+                    ),
+                    # The only detection with data on the node: the level is its index.
+                    expect(
+                        series.INTERFERENCE_LEVEL,
+                        "55s",
+                        f"{series.INTERFERENCE_LEVEL}{{{node}}}",
+                        1,
+                    ),
+                ],
+            }
+        ],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        ["promtool", "test", "rules", "suite.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _numa_spec(warn: float, critical: float) -> dict[str, Any]:
+    thresholds = {"memoryRemoteRatio": {"warn": warn, "critical": critical}}
+    return {
+        "apiVersion": "mco.io/v1alpha1",
+        "kind": "DetectionRuleConfig",
+        "metadata": {"name": "default"},
+        "spec": {
+            "detections": {"numaTraffic": {"weight": 1, "signals": thresholds}},
+            "hardConstraints": {"memoryRemoteMax": 0.5},
+        },
+    }
+
+
+def test_the_crd_schema_accepts_the_new_signal_and_checks_its_order() -> None:
+    schema = crd(EXTENDED)
+    assert api_server_errors(schema, _numa_spec(0.3, 0.6)) == []
+    errors = api_server_errors(schema, _numa_spec(0.6, 0.3))
+    assert any("warn must be below critical" in e for e in errors), errors
+    assert any("maximum" in e for e in api_server_errors(schema, _numa_spec(0.3, 1.5)))
+    # The shipped CRD does not know it.
+    assert api_server_errors(crd(), _numa_spec(0.3, 0.6)) != []
+
+
+def test_the_reporter_queries_and_reports_the_new_field() -> None:
+    plan = Plan(compact=False, catalog=EXTENDED)
+    assert NUMA.series in plan.recorded_expr
+    assert NUMA.series not in Plan(compact=False).recorded_expr
+    # A compact report still fetches what every hard constraint limits.
+    assert set(Plan(compact=True, catalog=EXTENDED).signal_slots) == {
+        "psiMemoryFull",
+        "psiIOSome",
+        "memoryRemoteRatio",
+    }
+    values = {
+        (Kind.SIGNAL, "memoryRemoteRatio"): 0.5,
+        (Kind.INDEX, "numa_traffic"): 0.5,
+        (Kind.TRIGGERED, "numa_traffic"): 1.0,
+        (Kind.VIOLATED, "memory_remote"): 1.0,
+        (Kind.LEVEL, ""): 0.5,
+    }
+    recorded, extra, _ = answers(plan, {"n1": values}, {"n1": T0 - 1})
+    # New names and label values do not fit the strict decoder; the loose one takes them.
+    snap = parse(plan, decode(recorded, LooseSample), decode(extra, TaggedSample), [], T0)
+    vector = snap.vectors["n1"]
+    assert vector[slot_of(plan, Kind.SIGNAL, "memoryRemoteRatio")] == 0.5
+    entry = EntryBuilder(plan, CONFIG, Epsilon()).build(vector, "t", live=True)
+    assert entry.signals is not None and entry.signals["memoryRemoteRatio"] == 0.5
+    assert entry.detections["numa_traffic"].index == 0.5
+    assert entry.detections["numa_traffic"].triggered
+    # The limit is the new constraint's own, not another constraint's.
+    assert entry.violations == [Violation("memory_remote", 0.5, 0.375)]
+    assert "violated:memory_remote" in entry.reasons and not entry.schedulable
+    assert "signals.psiIOSome" in entry.missing and "violations.psi_io_some" in entry.missing
+
+    vector[slot_of(plan, Kind.SIGNAL, "memoryRemoteRatio")] = MISSING
+    vector[slot_of(plan, Kind.VIOLATED, "memory_remote")] = MISSING
+    entry = EntryBuilder(plan, CONFIG, Epsilon()).build(vector, "t", live=True)
+    assert {"signals.memoryRemoteRatio", "violations.memory_remote"} <= set(entry.missing)
+
+
+async def test_the_reporter_fetches_the_new_field_over_http() -> None:
+    """The real client and ``fetch``: new names and labels are decoded, not refused."""
+    plan = Plan(compact=False, catalog=EXTENDED)
+    values = {(Kind.SIGNAL, "memoryRemoteRatio"): 0.5, (Kind.INDEX, "numa_traffic"): 0.5}
+    recorded, extra, info = answers(plan, {"n1": values}, {"n1": T0 - 1})
+    by_query = {plan.recorded_expr: recorded, plan.extra_expr: extra, plan.info_expr: info}
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response(ok(by_query[str((await request.post())["query"])]))
+
+    app = web.Application()
+    app.router.add_post("/api/v1/query", handle)
+    server = TestServer(app, host="127.0.0.1", port=free_port())
+    await server.start_server()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        async with PromQLClient(SourceConfig(url)) as client:
+            snap = await fetch(client, plan, T0)
+    finally:
+        await server.close()
+    vector = snap.vectors["n1"]
+    assert vector[slot_of(plan, Kind.SIGNAL, "memoryRemoteRatio")] == 0.5
+    assert vector[slot_of(plan, Kind.INDEX, "numa_traffic")] == 0.5
+
+
+def test_the_node_dashboard_graphs_the_new_signal_with_its_thresholds() -> None:
+    board = json.loads(node_detail.build(CONFIG, EXTENDED))
+    found = [
+        p
+        for p in board["panels"]
+        if any(t["expr"].startswith(NUMA.series + "{") for t in p.get("targets", []))
+    ]
+    assert len(found) == 1
+    panel = found[0]
+    assert panel["title"] == "numa_traffic · memory_remote_ratio"
+    steps = [
+        (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    ]
+    assert (0.25, "orange") in steps and (0.75, "red") in steps and (0.375, "dark-red") in steps
+    assert NUMA.help in panel["description"]
+    assert not any(
+        NUMA.series in t["expr"]
+        for p in json.loads(node_detail.build(DetectionRuleConfig.default()))["panels"]
+        for t in p.get("targets", [])
+    )
+    assert "remote memory traffic above 0.375" in overview.build(CONFIG, EXTENDED)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"recorded": (NUMA, *CATALOG.recorded)}, "unknown detection numaTraffic"),
+        (
+            {
+                "recorded": (
+                    dataclasses.replace(NUMA, detection="ioCongestion", expr="$later"),
+                    *CATALOG.recorded,
+                )
+            },
+            "expr refers to 'later'",
+        ),
+        (
+            {"constraints": (*CATALOG.constraints, dataclasses.replace(REMOTE_MAX, recorded="x"))},
+            "limits x",
+        ),
+        (
+            {
+                "recorded": (
+                    *CATALOG.recorded,
+                    dataclasses.replace(NUMA, key="psiIOSome", detection="ioCongestion"),
+                )
+            },
+            "duplicate recorded key: psiIOSome",
+        ),
+        (
+            {
+                "recorded": (
+                    *CATALOG.recorded,
+                    dataclasses.replace(NUMA, detection="ioCongestion", fallback=True),
+                )
+            },
+            "detection ioCongestion has no fallback",
+        ),
+    ],
+)
+def test_an_inconsistent_table_is_refused(change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        dataclasses.replace(CATALOG, **change)
+
+
+def test_a_catalog_built_from_its_tables_is_the_default() -> None:
+    assert Catalog() == CATALOG
+    assert render_rules(DetectionRuleConfig.default(Catalog()), catalog=Catalog()) == render_rules(
+        DetectionRuleConfig.default()
+    )
+
+
+def test_an_expression_that_is_no_plain_yaml_scalar_is_written_as_a_block() -> None:
+    """A `` #`` in a label value would start a YAML comment in a plain scalar."""
+    odd = 'max by (node) (avg_over_time(mco_widget{note="a: b #c"}[$w]))'
+    row = dataclasses.replace(
+        CATALOG.context[0], key="widget", series="node:mco_widget:x", expr=odd
+    )
+    catalog = dataclasses.replace(CATALOG, recorded=(*CATALOG.recorded, row))
+    rules = yaml.safe_load(render_rules(DetectionRuleConfig.default(catalog), catalog=catalog))
+    exprs = {r.get("record"): r["expr"] for g in rules["groups"] for r in g["rules"]}
+    assert exprs["node:mco_widget:x"].strip() == odd.replace("$w", "10s")
