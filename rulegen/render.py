@@ -106,7 +106,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
         for d in catalog.detections
     ]
     return {
-        "s": series,
+        "s": series,  # recorded series names
         "w": window,
         "interval": format_duration(config.evaluation_interval),
         "generation": generation,
@@ -128,8 +128,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
         "runbook": config.alerts.runbook_url,
         "interfered_for": format_duration(config.alerts.node_interfered_for),
         "stale_after": config.report.stale_after,
-        "config_accepted_metric": selfmetrics.RULEGEN_CONFIG_ACCEPTED,
-        "leader_metric": selfmetrics.RULEGEN_LEADER,
+        "m": selfmetrics,
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from mco import selfmetrics
 from rulegen import series
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.dashboards.panels import (
@@ -97,7 +98,9 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
         ),
         stat_panel(
             "Collectors off or failing",
-            Query(f"count(mco_exporter_collector_success{{{ONE_NODE}}} == 0) or vector(0)"),
+            Query(
+                f"count({selfmetrics.EXPORTER_COLLECTOR_SUCCESS}{{{ONE_NODE}}} == 0) or vector(0)"
+            ),
             description="Collectors whose source is missing on this node (no PMU, no "
             "resctrl, no eBPF …) or failed on the last scrape; see the pipeline dashboard.",
             steps=[Step(None, "green"), Step(1, "orange")],
