@@ -46,6 +46,10 @@ class EntryBuilder:
         self.epsilon = epsilon
         catalog = plan.catalog
         self.limits = {c.label: float(config.hard_constraints[c.key]) for c in catalog.constraints}
+        # While PSI is unavailable, each detection that has fallback signals is judged by them.
+        self._fallback_reasons = [
+            f"fallback:{d.label}" for d in catalog.detections if d.psi_fallback
+        ]
         # (absolute, relative) per slot
         self._tolerance: list[tuple[float, float]] = [
             _tolerance(slot.tolerance, slot.key, epsilon, config, catalog) for slot in plan.slots
@@ -133,7 +137,7 @@ class EntryBuilder:
         reasons = [f"triggered:{label}" for label, state in detections.items() if state.triggered]
         reasons += [f"violated:{label}" for label in violated]
         if fallback:
-            reasons.append("fallback:memory_pressure")
+            reasons += self._fallback_reasons
         return NodeEntry(
             sample_time=sample_time,
             schedulable=not violated,

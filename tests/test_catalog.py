@@ -343,3 +343,104 @@ def test_an_expression_that_is_no_plain_yaml_scalar_is_written_as_a_block() -> N
     rules = yaml.safe_load(render_rules(DetectionRuleConfig.default(catalog), catalog=catalog))
     exprs = {r.get("record"): r["expr"] for g in rules["groups"] for r in g["rules"]}
     assert exprs["node:mco_widget:x"].strip() == odd.replace("$w", "10s")
+
+
+def _fallback_reasons(catalog: Catalog) -> list[str]:
+    plan = Plan(compact=False, catalog=catalog)
+    vector = [MISSING] * len(plan.slots)
+    vector[slot_of(plan, Kind.FALLBACK)] = 1.0
+    config = DetectionRuleConfig.default(catalog)
+    entry = EntryBuilder(plan, config, Epsilon()).build(vector, "t", live=True)
+    assert entry.fallback
+    return [r for r in entry.reasons if r.startswith("fallback:")]
+
+
+def test_the_fallback_reason_names_the_detections_with_a_psi_fallback() -> None:
+    assert _fallback_reasons(CATALOG) == ["fallback:memory_pressure"]
+    renamed = dataclasses.replace(
+        CATALOG,
+        detections=tuple(
+            dataclasses.replace(d, label="memory_squeeze") if d.psi_fallback else d
+            for d in CATALOG.detections
+        ),
+    )
+    assert _fallback_reasons(renamed) == ["fallback:memory_squeeze"]
+    numa_fallback = Detection(key="numaTraffic", label="numa_traffic", weight=2, psi_fallback=True)
+    both = dataclasses.replace(EXTENDED, detections=(*CATALOG.detections, numa_fallback))
+    assert _fallback_reasons(both) == ["fallback:memory_pressure", "fallback:numa_traffic"]
+
+
+# A hard constraint in either direction on the remote share, limit 0.5: the share is 0.25 at 20 s
+# and 0.75 at 55 s (test_rules_compute_the_new_signal_detection_and_constraint's inputs).
+@pytest.mark.parametrize(
+    ("lower_is_worse", "violated_at_20s", "violated_at_55s"),
+    [(False, 0, 1), (True, 1, 0)],
+    ids=["above", "below"],
+)
+def test_a_hard_constraint_is_violated_in_its_direction(
+    tmp_path: Path, lower_is_worse: bool, violated_at_20s: int, violated_at_55s: int
+) -> None:
+    bound = dataclasses.replace(
+        REMOTE_MAX, key="memoryRemoteBound", default=0.5, lower_is_worse=lower_is_worse
+    )
+    catalog = dataclasses.replace(EXTENDED, constraints=(*CATALOG.constraints, bound))
+    config = DetectionRuleConfig.default(catalog)
+    (tmp_path / "rules.yaml").write_text(render_rules(config, catalog=catalog))
+    assert_clean_check(tmp_path / "rules.yaml")
+    bandwidth = "mco_memory_bandwidth_bytes_total"
+    violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",node="n1"}}'
+    suite = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1s",
+        "tests": [
+            {
+                "interval": "1s",
+                "input_series": [
+                    _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x60"),
+                    _series("mco_pressure_available", "", "1+0x60"),
+                    _series(bandwidth, ',domain="0",scope="total"', "0+80x60"),
+                    _series(bandwidth, ',domain="0",scope="local"', "0+60x30 1820+20x29"),
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+                        "eval_time": at,
+                        "exp_samples": [{"labels": violated, "value": value}],
+                    }
+                    for at, value in (("20s", violated_at_20s), ("55s", violated_at_55s))
+                ],
+            }
+        ],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        ["promtool", "test", "rules", "suite.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    # The reporter names the violation with the value and the constraint's own limit.
+    plan = Plan(compact=True, catalog=catalog)
+    value = 0.25 if lower_is_worse else 0.75
+    vector = [MISSING] * len(plan.slots)
+    vector[slot_of(plan, Kind.SIGNAL, "memoryRemoteRatio")] = value
+    vector[slot_of(plan, Kind.VIOLATED, "memory_remote")] = 1.0
+    entry = EntryBuilder(plan, config, Epsilon()).build(vector, "t", live=True)
+    assert entry.violations == [Violation("memory_remote", value, 0.5)]
+    assert "violated:memory_remote" in entry.reasons and not entry.schedulable
+    relation = "below" if lower_is_worse else "above"
+    assert f"remote memory traffic {relation} 0.5" in overview.build(config, catalog)
+    board = json.loads(node_detail.build(config, catalog))
+    (panel,) = [p for p in board["panels"] if p["title"] == "numa_traffic · memory_remote_ratio"]
+    steps = [
+        (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    ]
+    # Dark red where the constraint is violated: from the limit up, or everything under it.
+    if lower_is_worse:
+        assert steps[:2] == [(None, "dark-red"), (0.5, "orange")], steps
+    else:
+        assert steps[-1] == (0.5, "dark-red"), steps

@@ -22,6 +22,7 @@ from rulegen.dashboards.panels import (
     stat_panel,
     timeseries,
     warn_critical_steps,
+    with_hard_limit,
 )
 from rulegen.model import DetectionRuleConfig
 
@@ -35,8 +36,10 @@ def _signal_panel(spec: Signal, config: DetectionRuleConfig, catalog: Catalog) -
     detection = catalog.detection(spec.detection).label
     weight = config.weight(spec.detection)
     steps = warn_critical_steps(t.warn, t.critical, lower_is_worse=spec.lower_is_worse)
-    limits = [config.hard_constraints[c.key] for c in catalog.constraints_on(spec.key)]
-    steps += [Step(limit, "dark-red") for limit in limits]
+    limits = []
+    for c in catalog.constraints_on(spec.key):
+        limits.append(limit := config.hard_constraints[c.key])
+        steps = with_hard_limit(steps, limit, lower_is_worse=c.lower_is_worse)
     where = " Counts only where the node has no PSI (the fallback)." if spec.fallback else ""
     hard = "".join(f" Dark red: the hard limit {limit:g}." for limit in limits)
     return timeseries(

@@ -118,6 +118,16 @@ def warn_critical_steps(warn: float, critical: float, *, lower_is_worse: bool) -
     return [Step(None, "green"), Step(warn, "orange"), Step(critical, "red")]
 
 
+def with_hard_limit(steps: Sequence[Step], limit: float, *, lower_is_worse: bool) -> list[Step]:
+    """``steps`` (ascending) with a hard limit in dark red: from the limit upwards, or, for a
+    limit that is violated below it, everything under the limit."""
+    if not lower_is_worse:
+        return [*steps, Step(limit, "dark-red")]
+    above = [s for s in steps if s.value is not None and s.value > limit]
+    at_limit = [s.color for s in steps if s.value is None or s.value <= limit][-1]
+    return [Step(None, "dark-red"), Step(limit, at_limit), *above]
+
+
 def timeseries(
     title: str,
     queries: Sequence[Query],
