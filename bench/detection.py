@@ -21,6 +21,7 @@ from pathlib import Path
 
 import requests
 
+from mco.flags import duration
 from scripts.local_stack import LocalStack, Ports, StackSettings
 from scripts.procs import wait_until
 from tests.extender.bodies import kube_args
@@ -83,7 +84,7 @@ def one_run(stack: LocalStack, timeout: float) -> dict[str, float]:
     return stages
 
 
-def false_triggers(stack: LocalStack, seconds: int) -> tuple[int, int]:
+def false_triggers(stack: LocalStack, seconds: float) -> tuple[int, int]:
     """(seconds with any detection triggered, seconds observed) over an idle period."""
     start = time.time()
     time.sleep(seconds)
@@ -105,7 +106,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench.detection")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--idle-seconds", type=int, default=None)
+    parser.add_argument("--idle-seconds", type=duration, default=None, help="idle period (300, 5m)")
     args = parser.parse_args(argv)
     runs = args.runs or (2 if args.quick else 5)
     idle = args.idle_seconds or (60 if args.quick else 300)

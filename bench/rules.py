@@ -36,6 +36,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import cpu_seconds
+from mco.flags import duration
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
@@ -320,7 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.rules", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter sampling (smoke run)")
     parser.add_argument("--nodes", default="100,1000", help="fleet sizes, comma-separated")
-    parser.add_argument("--seconds", type=int, default=60, help="seconds of sampling per size")
+    parser.add_argument(
+        "--seconds", type=duration, default=60.0, help="sampling per size (60, 90s, 2m)"
+    )
     parser.add_argument(
         "--rules",
         type=Path,
@@ -336,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "histogram would cost; 1 = the exporter's layout)",
     )
     args = parser.parse_args(argv)
-    seconds = 15 if args.quick else args.seconds
+    seconds = 15 if args.quick else max(1, round(args.seconds))
     sizes = [int(n) for n in args.nodes.split(",")]
     rules_text = (
         args.rules.read_text() if args.rules else render_rules(DetectionRuleConfig.default())

@@ -28,6 +28,7 @@ from typing import Any
 
 import requests
 
+from mco.flags import duration
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stress", choices=["io", "memory"], help="also drive real load")
     parser.add_argument("--rule-config", type=Path, help="DetectionRuleConfig YAML")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
-    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--duration", type=duration, help="stop after this long (90, 500ms, 1m30s)")
     parser.add_argument("--free-ports", action="store_true", help="pick free ports")
     for name, default in vars(Ports()).items():
         parser.add_argument(f"--{name}-port", type=int, default=default)

@@ -5,6 +5,9 @@ the same web flags on every server, and the old spellings mapped and warned abou
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -252,3 +255,45 @@ def test_default_listen_addresses_are_every_interface_of_both_families() -> None
                       (reporter.web, 9849), (controller.web, 9850)):  # fmt: skip
         assert (web.host, web.port, web.bind_host) == ("", port, None)
     assert reporter_settings([*_REPORTER, "--web.listen-address="]).web is None
+
+
+# Flags of the developer tools (scripts/, bench/) that take a length of time, by their name.
+TIME_FLAG = re.compile(r"^--.*(duration|seconds|timeout|interval|period|delay|wait|idle)")
+TOOLS = Path(__file__).resolve().parent.parent
+
+
+def _time_flags() -> list[tuple[str, str, str | None]]:
+    """(file, flag, the name of its ``type=``) for every time flag of scripts/ and bench/."""
+    found = []
+    for path in sorted([*TOOLS.glob("scripts/*.py"), *TOOLS.glob("bench/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (
+                isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+            ):
+                continue
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            if not any(isinstance(f, str) and TIME_FLAG.match(f) for f in flags):
+                continue
+            kind = next((k.value for k in node.keywords if k.arg == "type"), None)
+            name = kind.id if isinstance(kind, ast.Name) else None
+            found.append((path.name, str(flags[0]), name))
+    return found
+
+
+def test_every_time_flag_of_the_tools_uses_the_duration_parser() -> None:
+    flags = _time_flags()
+    assert {f for _, f, _ in flags} >= {"--duration", "--idle-seconds", "--seconds"}
+    assert [f for f in flags if f[2] != "duration"] == []
+
+
+@pytest.mark.parametrize("module", ["scripts.local_stack", "bench.rules", "bench.detection"])
+def test_a_tool_refuses_a_bad_duration_before_starting_anything(
+    module: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flag = {"scripts.local_stack": "--duration", "bench.rules": "--seconds"}.get(
+        module, "--idle-seconds"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(module).main([flag, "forever"])
+    assert exit_info.value.code == 2
+    assert "not a duration like 500ms" in capsys.readouterr().err
