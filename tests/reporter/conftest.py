@@ -3,31 +3,14 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-import pytest_asyncio
 import yaml
-from kubernetes_asyncio import client
 
 from reporter.crd import CRD_PATH
 from scripts.generate import ROOT
-from tests.reporter.kapi import VersionedKubernetes, versioned_kubernetes
-
-
-@pytest_asyncio.fixture
-async def kapi() -> AsyncIterator[VersionedKubernetes]:
-    async with versioned_kubernetes() as k:
-        yield k
-
-
-@pytest_asyncio.fixture
-async def api_client(kapi: VersionedKubernetes) -> AsyncIterator[client.ApiClient]:
-    cfg = client.Configuration(host=str(kapi.url).rstrip("/"))
-    async with client.ApiClient(configuration=cfg) as api:
-        yield api
 
 
 def crd_schema() -> dict[str, Any]:

@@ -1,3 +1,6 @@
+"""Fixtures more than one test area uses: a real Kubernetes-API stand-in and a client on it
+(the reporter's sink, the rulegen controller's and the extender's watches, ``mco.watch``)."""
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
