@@ -20,21 +20,10 @@ from extender.config import SourceConfig
 from extender.metrics import ExtenderMetrics
 from extender.reports import ReportStore
 from mco.apierrors import ApiError
-from mco.watch import ListWatch, Resource, WatchSettings
+from mco.watch import ListWatch, Resource, WatchSettings, object_meta
 from reporter.schema import GROUP, PLURAL, VERSION, NodeInterferenceReport, decode_report
 
 log = logging.getLogger("mco.extender.report_watch")
-
-
-class _Meta(msgspec.Struct):
-    name: str = ""
-
-
-class _Object(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-_object = msgspec.json.Decoder(_Object)
 
 
 class ReportWatch:
@@ -76,7 +65,7 @@ class ReportWatch:
 
     async def changed(self, kind: str, obj: msgspec.Raw) -> None:
         if kind == "DELETED":
-            self._store.remove(_object.decode(obj).metadata.name)
+            self._store.remove(object_meta(obj).name)
             return
         report = self._decode(obj, "watch")
         if report is not None:
@@ -85,7 +74,7 @@ class ReportWatch:
         else:
             # Its old version must not stay in force: a live entry there would be held fresh
             # by the heartbeat for ever. A list drops such an object the same way.
-            self._store.remove(_object.decode(obj).metadata.name)
+            self._store.remove(object_meta(obj).name)
 
     def _decode(self, raw: msgspec.Raw, source: str) -> NodeInterferenceReport | None:
         try:

@@ -75,12 +75,15 @@ class Handler(Protocol):
         """One ``ADDED``, ``MODIFIED`` or ``DELETED`` event."""
 
 
-class _Meta(msgspec.Struct, rename="camel"):
+class ObjectMeta(msgspec.Struct, rename="camel"):
+    """The part of an object's ``metadata`` the loop and the handlers route by."""
+
+    name: str = ""
     resource_version: str | None = None
 
 
 class _Object(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 
 class _Status(msgspec.Struct):
@@ -96,13 +99,19 @@ class _Event(msgspec.Struct):
 
 class _List(msgspec.Struct):
     items: list[msgspec.Raw] | None = None
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 
 _event = msgspec.json.Decoder(_Event)
 _object = msgspec.json.Decoder(_Object)
 _status = msgspec.json.Decoder(_Status)
 _list = msgspec.json.Decoder(_List)
+
+
+def object_meta(obj: msgspec.Raw | bytes) -> ObjectMeta:
+    """A handed object's name and resourceVersion, without decoding the rest of it (raises
+    ``msgspec.DecodeError`` on a malformed object)."""
+    return _object.decode(obj).metadata
 
 
 class _HandlerFailed(Exception):
@@ -305,7 +314,7 @@ class ListWatch:
                 raise Malformed(200, f"undecodable watch error: {exc}") from exc
             raise api_error(status.code, f"watch error {status.reason}: {status.message}")
         try:
-            meta = _object.decode(event.object).metadata
+            meta = object_meta(event.object)
         except msgspec.DecodeError as exc:
             raise Malformed(200, f"undecodable object in a watch event: {exc}") from exc
         delivered = kind in ("ADDED", "MODIFIED", "DELETED")

@@ -17,7 +17,7 @@ import msgspec
 from kubernetes_asyncio import client
 
 from mco.apierrors import classify
-from mco.watch import ListWatch, Resource, WatchSettings
+from mco.watch import ListWatch, Resource, WatchSettings, object_meta
 from rulegen.model import (
     API_GROUP,
     API_VERSION,
@@ -31,17 +31,6 @@ from rulegen.model import (
 )
 
 log = logging.getLogger("mco.reporter.ruleconfig")
-
-
-class _Named(msgspec.Struct):
-    name: str = ""
-
-
-class _Head(msgspec.Struct):
-    metadata: _Named = msgspec.field(default_factory=_Named)
-
-
-_head = msgspec.json.Decoder(_Head)
 
 
 class RuleConfigSource:
@@ -108,7 +97,7 @@ class RuleConfigSource:
     # -- the watch's handler (mco.watch.Handler) -------------------------------------------------
 
     async def listed(self, items: list[msgspec.Raw]) -> None:
-        found = [raw for raw in items if _head.decode(raw).metadata.name == DEFAULT_NAME]
+        found = [raw for raw in items if object_meta(raw).name == DEFAULT_NAME]
         if found:
             self._take(found[0])
         else:
@@ -116,7 +105,7 @@ class RuleConfigSource:
         self.synced.set()
 
     async def changed(self, kind: str, obj: msgspec.Raw) -> None:
-        if _head.decode(obj).metadata.name != DEFAULT_NAME:
+        if object_meta(obj).name != DEFAULT_NAME:
             return  # an API server that ignores the field selector
         if kind == "DELETED":
             self._absent()

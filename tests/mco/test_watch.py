@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from mco import apierrors
 from mco.apierrors import ApiError, classify
 from mco.backoff import Backoff
-from mco.watch import ListWatch, Resource, WatchSettings
+from mco.watch import ListWatch, ObjectMeta, Resource, WatchSettings, object_meta
 
 RESOURCE = Resource("example.io", "v1", "things", field_selector="metadata.name=a")
 PATH = "/apis/example.io/v1/things"
@@ -368,3 +368,13 @@ def test_backoff_doubles_to_the_cap_with_jitter_and_resets() -> None:
     assert 0.8 <= b.next() <= 1.2
     with pytest.raises(ValueError):
         Backoff(0.0, 1.0)
+
+
+def test_object_meta_reads_name_and_resource_version_only() -> None:
+    raw = json.dumps(
+        {"metadata": {"name": "n1", "resourceVersion": "42", "labels": {"a": "b"}}, "spec": [1]}
+    ).encode()
+    assert object_meta(raw) == ObjectMeta(name="n1", resource_version="42")
+    assert object_meta(b"{}") == ObjectMeta()
+    with pytest.raises(msgspec.DecodeError):
+        object_meta(b'{"metadata": {"name": 7}}')
