@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from rulegen.render import render_rules
 from scripts.procs import free_port
 from tests.reporter.helpers import T0, answers, decode, ok, slot_of
 from tests.rulegen.crd_validation import api_server_errors
-from tests.rulegen.test_promtool import assert_clean_check
+from tests.rulegen.test_promtool import assert_clean_check, promtool
 
 NUMA = Signal(
     key="memoryRemoteRatio",
@@ -164,15 +163,13 @@ def test_rules_compute_the_new_signal_detection_and_constraint(tmp_path: Path) -
             }
         ],
     }
+    _assert_suite_passes(tmp_path, suite)
+
+
+def _assert_suite_passes(tmp_path: Path, suite: dict[str, Any]) -> None:
+    """``promtool test rules`` on ``suite`` (its rule file already in ``tmp_path``)."""
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "suite.yaml"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    result = promtool("test", "rules", "suite.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -412,16 +409,7 @@ def test_a_hard_constraint_is_violated_in_its_direction(
             }
         ],
     }
-    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "suite.yaml"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_suite_passes(tmp_path, suite)
 
     # The reporter names the violation with the value and the constraint's own limit.
     plan = Plan(compact=True, catalog=catalog)

@@ -17,7 +17,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from mco.leader import LeaseElector, run_while_leading
-from tests.reporter.kapi import LEASES, VersionedKubernetes
+from tests.reporter.kapi import VersionedKubernetes
 
 DURATION, DEADLINE, RETRY = 2.0, 1.2, 0.2
 WAIT = 10.0
@@ -100,22 +100,11 @@ def elector(
     )
 
 
-def lease_reads(kapi: VersionedKubernetes, identity: str) -> int:
-    """Lease rounds of one replica as the API server saw them (each round starts with a GET)."""
-    return sum(
-        1
-        for r in kapi
-        if r.resource == LEASES
-        and r.method.value == "GET"
-        and r.headers.get("User-Agent", "").endswith(f"({identity})")
-    )
-
-
 async def rounds(kapi: VersionedKubernetes, identity: str, more: int) -> None:
     """Wait until ``identity`` has made ``more`` further lease rounds."""
-    target = lease_reads(kapi, identity) + more
+    target = kapi.lease_reads(identity) + more
     async with asyncio.timeout(WAIT):
-        while lease_reads(kapi, identity) < target:
+        while kapi.lease_reads(identity) < target:
             await asyncio.sleep(0.01)
 
 
@@ -239,7 +228,7 @@ class Work:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             self._running = False
-            self.cancelled.put_nowait(lease_reads(self.kapi, self.identity))
+            self.cancelled.put_nowait(self.kapi.lease_reads(self.identity))
             raise
 
 
@@ -256,7 +245,7 @@ async def test_work_runs_during_each_term_and_is_cancelled_when_the_lease_is_tak
     def on_change(leading: bool) -> None:
         base(leading)
         if not leading:
-            lost_at.append(lease_reads(kapi, "a"))
+            lost_at.append(kapi.lease_reads("a"))
 
     a.on_change = on_change
     task = asyncio.create_task(run_while_leading(a, work))
@@ -295,7 +284,7 @@ async def test_work_is_cancelled_at_the_renew_deadline_not_at_the_next_round(kap
     task = asyncio.create_task(run_while_leading(a, work))
     try:
         await asyncio.wait_for(work.started.get(), WAIT)
-        reads = lease_reads(kapi, "a")
+        reads = kapi.lease_reads("a")
         kapi.fail("fetch", 503, times=1000)  # renewals fail from now on
         cancelled_at = await asyncio.wait_for(work.cancelled.get(), WAIT)
         assert not a.is_leader() and ("a", False) in changes.seen

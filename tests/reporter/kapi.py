@@ -117,6 +117,17 @@ class VersionedKubernetes(kmock.KubernetesEmulator):
             return self.objects[key].raw
         return None
 
+    def lease_reads(self, identity: str) -> int:
+        """Lease rounds of one replica as the server saw them (each round starts with a GET of
+        the Lease; the replica's identity ends its User-Agent)."""
+        return sum(
+            1
+            for r in self
+            if r.resource == LEASES
+            and r.method.value == "GET"
+            and r.headers.get("User-Agent", "").endswith(f"({identity})")
+        )
+
 
 @contextlib.asynccontextmanager
 async def versioned_kubernetes() -> AsyncIterator[VersionedKubernetes]:

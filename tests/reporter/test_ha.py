@@ -24,7 +24,7 @@ from scripts.procs import free_port
 from tests.reporter.conftest import validate_object, write_kubeconfig
 from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import quiet_values
-from tests.reporter.kapi import LEASES, REPORTS
+from tests.reporter.kapi import REPORTS
 
 LEASE = [
     "--leader-elect-lease-duration=3s",
@@ -90,17 +90,6 @@ async def leader_gauge(port: int) -> float | None:
     return await asyncio.to_thread(get)
 
 
-def lease_rounds(kapi: Any, identity: str) -> int:
-    """Lease rounds of one replica as kmock saw them (each starts with a GET of the Lease)."""
-    return sum(
-        1
-        for r in kapi
-        if r.resource == LEASES
-        and r.method.value == "GET"
-        and r.headers.get("User-Agent", "").endswith(f"({identity})")
-    )
-
-
 def holder(kapi: Any) -> str | None:
     lease = kapi.lease("mco-reporter", "mco")
     return lease["spec"].get("holderIdentity") if lease else None
@@ -126,19 +115,19 @@ async def test_standby_takes_over_when_the_leader_is_killed(kapi, tmp_path: Path
             assert leader is not None
             standby = next(n for n in procs if n != leader)
             await until(lambda: "cluster" in kapi.reports(), 10, "the report")
-            seen = lease_rounds(kapi, standby)
-            await until(lambda: lease_rounds(kapi, standby) >= seen + 2, 10, "standby rounds")
+            seen = kapi.lease_reads(standby)
+            await until(lambda: kapi.lease_reads(standby) >= seen + 2, 10, "standby rounds")
             assert writers(kapi) == {leader}  # the standby wrote nothing
             assert await leader_gauge(ports[leader]) == 1
             assert await leader_gauge(ports[standby]) == 0
             before = kapi.reports()["cluster"]["status"]["lastSyncTime"]
             procs[leader].send_signal(signal.SIGKILL)
             await until(lambda: procs[leader].poll() is not None, 5, "the kill")
-            rounds_before = lease_rounds(kapi, standby)
+            rounds_before = kapi.lease_reads(standby)
             await until(lambda: holder(kapi) == standby, 10, "the standby to take the lease")
             # The bound is the lease duration (3s: 6 rounds of 0.5s) and the round that sees
             # it expired, counted in the standby's rounds rather than in seconds.
-            assert lease_rounds(kapi, standby) - rounds_before <= 6 + 2
+            assert kapi.lease_reads(standby) - rounds_before <= 6 + 2
             # The new leader writes: the heartbeat moves again.
             await until(
                 lambda: (
