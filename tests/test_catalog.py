@@ -121,53 +121,48 @@ def test_rules_compute_the_new_signal_detection_and_constraint(tmp_path: Path) -
     index = f'{series.SIGNAL_INDEX}{{detection="numa_traffic",{node},signal="memory_remote_ratio"}}'
     violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",{node}}}'
     triggered = f'{series.DETECTION_TRIGGERED}{{detection="numa_traffic",{node}}}'
-    suite = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1s",
-        "tests": [
-            {
-                "interval": "1s",
-                "input_series": inputs,
-                "promql_expr_test": [
-                    expect(NUMA.series, "20s", f"{NUMA.series}{{{node}}}", 0.25),
-                    expect(series.SIGNAL_INDEX, "20s", index, 0),
-                    expect(
-                        series.DETECTION_TRIGGERED + "{detection='numa_traffic'}",
-                        "20s",
-                        triggered,
-                        1,
-                    ),
-                    expect(
-                        series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
-                        "20s",
-                        violated,
-                        0,
-                    ),
-                    expect(NUMA.series, "55s", f"{NUMA.series}{{{node}}}", 0.75),
-                    # (0.75 - 0.25) / (0.75 - 0.25): the index reaches 1, above the 0.375 limit.
-                    expect(series.SIGNAL_INDEX, "55s", index, 1),
-                    expect(
-                        series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
-                        "55s",
-                        violated,
-                        1,
-                    ),
-                    # The only detection with data on the node: the level is its index.
-                    expect(
-                        series.INTERFERENCE_LEVEL,
-                        "55s",
-                        f"{series.INTERFERENCE_LEVEL}{{{node}}}",
-                        1,
-                    ),
-                ],
-            }
-        ],
-    }
-    _assert_suite_passes(tmp_path, suite)
+    expected = [
+        expect(NUMA.series, "20s", f"{NUMA.series}{{{node}}}", 0.25),
+        expect(series.SIGNAL_INDEX, "20s", index, 0),
+        expect(
+            series.DETECTION_TRIGGERED + "{detection='numa_traffic'}",
+            "20s",
+            triggered,
+            1,
+        ),
+        expect(
+            series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+            "20s",
+            violated,
+            0,
+        ),
+        expect(NUMA.series, "55s", f"{NUMA.series}{{{node}}}", 0.75),
+        # (0.75 - 0.25) / (0.75 - 0.25): the index reaches 1, above the 0.375 limit.
+        expect(series.SIGNAL_INDEX, "55s", index, 1),
+        expect(
+            series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+            "55s",
+            violated,
+            1,
+        ),
+        # The only detection with data on the node: the level is its index.
+        expect(
+            series.INTERFERENCE_LEVEL,
+            "55s",
+            f"{series.INTERFERENCE_LEVEL}{{{node}}}",
+            1,
+        ),
+    ]
+    _assert_suite_passes(tmp_path, inputs, expected)
 
 
-def _assert_suite_passes(tmp_path: Path, suite: dict[str, Any]) -> None:
-    """``promtool test rules`` on ``suite`` (its rule file already in ``tmp_path``)."""
+def _assert_suite_passes(
+    tmp_path: Path, inputs: list[dict[str, str]], expected: list[dict[str, Any]]
+) -> None:
+    """``promtool test rules``: ``expected`` holds on ``inputs`` (one sample a second) with the
+    rules in ``tmp_path / "rules.yaml"``."""
+    test = {"interval": "1s", "input_series": inputs, "promql_expr_test": expected}
+    suite = {"rule_files": ["rules.yaml"], "evaluation_interval": "1s", "tests": [test]}
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
     result = promtool("test", "rules", "suite.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -386,30 +381,21 @@ def test_a_hard_constraint_is_violated_in_its_direction(
     assert_clean_check(tmp_path / "rules.yaml")
     bandwidth = "mco_memory_bandwidth_bytes_total"
     violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",node="n1"}}'
-    suite = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1s",
-        "tests": [
-            {
-                "interval": "1s",
-                "input_series": [
-                    _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x60"),
-                    _series("mco_pressure_available", "", "1+0x60"),
-                    _series(bandwidth, ',domain="0",scope="total"', "0+80x60"),
-                    _series(bandwidth, ',domain="0",scope="local"', "0+60x30 1820+20x29"),
-                ],
-                "promql_expr_test": [
-                    {
-                        "expr": series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
-                        "eval_time": at,
-                        "exp_samples": [{"labels": violated, "value": value}],
-                    }
-                    for at, value in (("20s", violated_at_20s), ("55s", violated_at_55s))
-                ],
-            }
-        ],
-    }
-    _assert_suite_passes(tmp_path, suite)
+    inputs = [
+        _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x60"),
+        _series("mco_pressure_available", "", "1+0x60"),
+        _series(bandwidth, ',domain="0",scope="total"', "0+80x60"),
+        _series(bandwidth, ',domain="0",scope="local"', "0+60x30 1820+20x29"),
+    ]
+    expected = [
+        {
+            "expr": series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+            "eval_time": at,
+            "exp_samples": [{"labels": violated, "value": value}],
+        }
+        for at, value in (("20s", violated_at_20s), ("55s", violated_at_55s))
+    ]
+    _assert_suite_passes(tmp_path, inputs, expected)
 
     # The reporter names the violation with the value and the constraint's own limit.
     plan = Plan(compact=True, catalog=catalog)
