@@ -14,6 +14,8 @@ import requests
 import trustme
 import yaml
 
+from scripts.procs import Managed
+
 USER = "prometheus"
 PASSWORD = "correct horse battery staple"
 
@@ -24,6 +26,13 @@ class SecuredWeb:
     ca_file: str
     client: tuple[str, str]  # a certificate the server's client CA signed
     stranger: tuple[str, str]  # one it did not
+
+
+def wait_served(proc: Managed, port: int, path: str, web: SecuredWeb) -> None:
+    """Wait until ``proc`` answers ``path`` over HTTPS to a client that passes ``web``'s checks
+    (the CA, a client certificate, basic auth)."""
+    url = f"https://127.0.0.1:{port}{path}"
+    proc.wait_http(url, verify=web.ca_file, cert=web.client, auth=(USER, PASSWORD))
 
 
 def _write_pair(cert: trustme.LeafCert, directory: Path, name: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ import trustme
 from scripts.procs import Managed, free_port
 from tests.exporter.conftest import FIXTURES, samples_of
 from tests.exporter.test_real_host import EXPORTER, start_exporter
-from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web, wait_served
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -132,8 +132,7 @@ def test_web_config_file_tls_basic_auth_and_client_certificates(tmp_path: Path) 
         log_path=tmp_path / "exporter.log",
     )  # fmt: skip
     with proc:
-        proc.wait_http(f"https://127.0.0.1:{port}/metrics", timeout=30, verify=web.ca_file,
-                       cert=web.client, auth=(USER, PASSWORD))  # fmt: skip
+        wait_served(proc, port, "/metrics", web)
         for host in hosts():
             assert_secured(port, "/metrics", web, host=host)
         ok = requests.get(f"https://127.0.0.1:{port}/metrics", auth=(USER, PASSWORD),

@@ -19,7 +19,7 @@ from extender.cli import build_parser, main, parse_settings
 from scripts.procs import Managed, free_port, wait_until
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, metric, write_reports
-from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
+from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web, wait_served
 
 
 def printed(*argv: str) -> tuple[str, Any]:
@@ -199,8 +199,7 @@ def test_web_config_file_tls_basic_auth_and_client_certificates(tmp_path, report
         name="mco-extender",
         log_path=tmp_path / "extender.log",
     ) as proc:  # fmt: skip
-        proc.wait_http(f"https://127.0.0.1:{port}/readyz", verify=web.ca_file, cert=web.client,
-                       auth=(USER, PASSWORD))  # fmt: skip
+        wait_served(proc, port, "/readyz", web)
         for host in hosts():
             assert_secured(port, "/healthz", web, host=host)
         url = f"https://127.0.0.1:{port}/volcano/predicate"

@@ -25,7 +25,7 @@ from scripts.procs import Managed, free_port
 from tests.reporter.conftest import validate_object, write_kubeconfig
 from tests.reporter.fakeprom import fake_prometheus
 from tests.reporter.helpers import quiet_values
-from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
+from tests.secured_web import assert_secured, hosts, secured_web, wait_served
 
 PLAN = Plan(compact=False)
 
@@ -333,8 +333,7 @@ def test_self_metrics_serve_the_web_config_file(tmp_path: Path) -> None:
         name="mco-reporter",
         log_path=tmp_path / "reporter.log",
     ) as proc:  # fmt: skip
-        proc.wait_http(f"https://127.0.0.1:{port}/metrics", verify=web.ca_file, cert=web.client,
-                       auth=(USER, PASSWORD))  # fmt: skip
+        wait_served(proc, port, "/metrics", web)
         for host in hosts():
             assert_secured(port, "/metrics", web, host=host)
         assert proc.alive

@@ -14,7 +14,7 @@ from rulegen.cli import main
 from rulegen.generate import RULES_PATH
 from scripts.procs import Managed, free_port
 from tests.reporter.conftest import write_kubeconfig
-from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web
+from tests.secured_web import assert_secured, hosts, secured_web, wait_served
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
@@ -142,8 +142,7 @@ def test_controller_metrics_and_health_serve_the_web_config_file(tmp_path: Path)
         name="mco-rulegen",
         log_path=tmp_path / "rulegen.log",
     ) as proc:  # fmt: skip
-        proc.wait_http(f"https://127.0.0.1:{port}/healthz", verify=web.ca_file, cert=web.client,
-                       auth=(USER, PASSWORD))  # fmt: skip
+        wait_served(proc, port, "/healthz", web)
         for host in hosts():
             assert_secured(port, "/metrics", web, host=host)
             assert_secured(port, "/healthz", web, host=host)
