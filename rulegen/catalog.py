@@ -42,6 +42,7 @@ class Intermediate(Recorded):
 class Context(Recorded):
     """Recorded and reported for reading (dashboards, hard constraints), never thresholded."""
 
+    title: str  # its node-dashboard panel, e.g. "PSI io full"
     scale: float = 1.0  # a change of epsilon × scale is worth a report write
 
 
@@ -123,6 +124,7 @@ clamp_max(
     ),
     Context(
         key="llcOccupancyBytes",
+        title="LLC occupancy",
         series="node:mco_llc_occupancy_bytes:smoothed",
         unit="bytes",
         help="resctrl LLC occupancy summed over the node's control groups.",
@@ -186,6 +188,7 @@ $blockIOLatencyP95Seconds""",
     ),
     Context(
         key="psiCPUSome",
+        title="PSI cpu some",
         series="node:mco_psi_cpu_some_ratio:smoothed",
         unit="ratio",
         help="Share of wall time some task waited for a CPU (PSI cpu some).",
@@ -207,6 +210,7 @@ $blockIOLatencyP95Seconds""",
     ),
     Context(
         key="psiIOFull",
+        title="PSI io full",
         series="node:mco_psi_io_full_ratio:smoothed",
         unit="ratio",
         help="Share of wall time all non-idle tasks were stalled on I/O (PSI io full).",
@@ -228,6 +232,7 @@ $blockIOLatencyP95Seconds""",
     ),
     Context(
         key="psiMemoryFull",
+        title="PSI memory full",
         series="node:mco_psi_memory_full_ratio:smoothed",
         unit="ratio",
         help="Share of wall time all non-idle tasks were stalled on memory (PSI memory full).",

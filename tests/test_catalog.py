@@ -22,7 +22,7 @@ from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, fetch, parse
 from reporter.schema import Violation
 from rulegen import series
-from rulegen.catalog import CATALOG, Catalog, Detection, HardConstraint, Signal
+from rulegen.catalog import CATALOG, Catalog, Context, Detection, HardConstraint, Signal
 from rulegen.crd import crd
 from rulegen.dashboards import node_detail, overview
 from rulegen.model import ConfigError, DetectionRuleConfig, default_spec, from_spec
@@ -418,3 +418,58 @@ def test_a_hard_constraint_is_violated_in_its_direction(
         assert steps[:2] == [(None, "dark-red"), (0.5, "orange")], steps
     else:
         assert steps[-1] == (0.5, "dark-red"), steps
+
+
+def _panels(config: DetectionRuleConfig, catalog: Catalog) -> dict[str, dict[str, Any]]:
+    return {p["title"]: p for p in json.loads(node_detail.build(config, catalog))["panels"]}
+
+
+def _steps(panel: dict[str, Any]) -> list[tuple[float | None, str]]:
+    thresholds = panel["fieldConfig"]["defaults"].get("thresholds", {"steps": []})
+    return [(s["value"], s["color"]) for s in thresholds["steps"]]
+
+
+def test_the_node_dashboard_has_a_panel_per_context_row_with_its_limits() -> None:
+    swap = Context(
+        key="swapUsedBytes",
+        title="Swap in use",
+        series="node:mco_swap_used_bytes:smoothed",
+        unit="bytes",
+        help="Swap space in use.",
+        scale=1 << 20,
+        expr="max by (node) (avg_over_time(mco_swap_used_bytes[$w]))",
+    )
+    backlog = dataclasses.replace(
+        swap, key="swapBacklog", title="Swap backlog", series="node:mco_swap_backlog:smoothed"
+    )
+    swap_max = HardConstraint(
+        key="swapUsedMax",
+        label="swap_used",
+        recorded="swapUsedBytes",
+        default=1 << 30,
+        maximum=None,
+        title="swap in use",
+        help="Max swap in use.",
+    )
+    catalog = dataclasses.replace(
+        CATALOG,
+        recorded=(*CATALOG.recorded, swap, backlog),
+        constraints=(*CATALOG.constraints, swap_max),
+    )
+    panels = _panels(DetectionRuleConfig.default(catalog), catalog)
+    limited = panels["Swap in use (hard constraint)"]
+    assert limited["targets"][0]["expr"] == 'node:mco_swap_used_bytes:smoothed{node="$node"}'
+    assert limited["fieldConfig"]["defaults"]["unit"] == "bytes"
+    assert limited["description"].startswith("Swap space in use.")
+    assert f"Above {1 << 30:g} the node is blocked (swap_used)." in limited["description"]
+    assert _steps(limited) == [(None, "green"), (1 << 30, "dark-red")]
+    plain = panels["Swap backlog"]
+    assert _steps(plain) == [] and "not thresholded" in plain["description"]
+    # The shipped board: one panel per context row, the hard limit where one is set.
+    shipped = _panels(DetectionRuleConfig.default(), CATALOG)
+    for row in CATALOG.context:
+        limited_row = bool(CATALOG.constraints_on(row.key))
+        title = row.title + (" (hard constraint)" if limited_row else "")
+        assert [t["expr"] for t in shipped[title]["targets"]] == [f'{row.series}{{node="$node"}}']
+    memory_full = shipped["PSI memory full (hard constraint)"]
+    assert _steps(memory_full) == [(None, "green"), (0.0, "dark-red")]

@@ -10,7 +10,7 @@ from typing import Final
 
 from mco import selfmetrics
 from rulegen import series
-from rulegen.catalog import CATALOG, Catalog, Signal
+from rulegen.catalog import CATALOG, Catalog, Context, Signal
 from rulegen.dashboards.panels import (
     NODE_VAR,
     UNITS,
@@ -57,10 +57,29 @@ def _signal_panel(spec: Signal, config: DetectionRuleConfig, catalog: Catalog) -
     )
 
 
+def _context_panel(row: Context, config: DetectionRuleConfig, catalog: Catalog) -> PanelBuilder:
+    """A context series: no thresholds, only the hard limits on it (dark red)."""
+    constraints = catalog.constraints_on(row.key)
+    steps: list[Step] = [Step(None, "green")] if constraints else []
+    hard = ""
+    for c in constraints:
+        limit = config.hard_constraints[c.key]
+        steps = with_hard_limit(steps, limit, lower_is_worse=c.lower_is_worse)
+        hard += f" {c.relation.capitalize()} {limit:g} the node is blocked ({c.label})."
+    return timeseries(
+        row.title + (" (hard constraint)" if constraints else ""),
+        [Query(f"{row.series}{{{ONE_NODE}}}", row.title)],
+        unit=UNITS[row.unit],
+        description=f"{row.help}{hard}" if constraints else f"{row.help} Context: not thresholded.",
+        steps=steps,
+        minimum=0,
+        maximum=row.maximum if row.maximum is not None and row.maximum < 1 else None,
+        width=8,
+    )
+
+
 def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
-    memory_full_max = config.hard_constraints["psiMemoryFullMax"]
-    context = {c.key: c.series for c in catalog.context}
     board = new_dashboard(
         UID,
         "MCO / Node detail",
@@ -151,38 +170,7 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
         ),
     ]
     panels += [_signal_panel(spec, config, catalog) for spec in catalog.signals]
-    panels += [
-        timeseries(
-            "PSI memory full (hard constraint)",
-            [Query(f"{context['psiMemoryFull']}{{{ONE_NODE}}}", "memory full")],
-            unit="percentunit",
-            description="Share of time all non-idle tasks stalled on memory; above "
-            f"{memory_full_max:g} the node is blocked.",
-            steps=[Step(None, "green"), Step(memory_full_max, "dark-red")],
-            minimum=0,
-            width=8,
-        ),
-        timeseries(
-            "PSI cpu some, io full",
-            [
-                Query(f"{context['psiCPUSome']}{{{ONE_NODE}}}", "cpu some"),
-                Query(f"{context['psiIOFull']}{{{ONE_NODE}}}", "io full"),
-            ],
-            unit="percentunit",
-            description="Context: recorded for reading, not thresholded.",
-            minimum=0,
-            width=8,
-        ),
-        timeseries(
-            "LLC occupancy",
-            [Query(f"{context['llcOccupancyBytes']}{{{ONE_NODE}}}", "occupancy")],
-            unit=UNITS["bytes"],
-            description="resctrl LLC occupancy summed over the node's control groups "
-            "(needs resctrl with L3 monitoring).",
-            minimum=0,
-            width=8,
-        ),
-    ]
+    panels += [_context_panel(row, config, catalog) for row in catalog.context]
     for panel in panels:
         board = board.with_panel(panel)
     return render(board)
