@@ -16,7 +16,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import kube, volcano
-from extender.body import BodyBudget, BudgetExhausted, read_body
+from extender.body import BodyBudget, BudgetExhausted, quiet_bad_requests, read_body
 from extender.config import ExtenderConfig
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
@@ -187,6 +187,7 @@ async def _report_source(app: web.Application) -> AsyncIterator[None]:
 
 
 def make_app(config: ExtenderConfig) -> web.Application:
+    quiet_bad_requests()
     app = web.Application(client_max_size=config.max_body_bytes)
     store = ReportStore()
     metrics = ExtenderMetrics(store, config.verdict.stale_after, config.verdict.clock_skew)

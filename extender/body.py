@@ -5,14 +5,47 @@ connections that announce 64 MiB and send one byte hold ten bytes. Every byte ke
 from a process-wide `BodyBudget` first; when it is spent the request is refused with 503
 rather than the pod being OOM-killed, and a body is dropped (and its bytes given back) the
 moment its connection fails.
+
+A request whose bytes aiohttp's own parser refuses (a Content-Encoding it cannot decode, such
+as ``br`` or ``zstd`` without their libraries, or a deflate stream that ends early) never
+reaches a handler: aiohttp answers 400 itself and logs the failure at ERROR with a traceback.
+`quiet_bad_requests` turns those records into one line at DEBUG, so a client cannot flood the
+log with tracebacks of its own bad requests.
 """
 
 from __future__ import annotations
+
+import logging
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from extender.wire import BadRequest, Body
+
+log = logging.getLogger("mco.extender")
+
+_MESSAGE_CHARS = 200  # of the parser's message, which may quote the client's bytes
+
+
+class _BadRequestRecords(logging.Filter):
+    """Drops aiohttp's ERROR record for a request its parser refused with a 4xx, logging one
+    line at DEBUG instead; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or not 400 <= exc.code < 500:
+            return True
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        text = " ".join(str(exc.message).split())[:_MESSAGE_CHARS]
+        log.debug("answered %d to a bad request from %s: %r", exc.code, remote, text)
+        return False
+
+
+def quiet_bad_requests() -> None:
+    """Install the filter on aiohttp's server logger, once per process."""
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _BadRequestRecords) for f in server.filters):
+        server.addFilter(_BadRequestRecords())
 
 
 class BodyBudget:

@@ -56,7 +56,9 @@ class _Table:
         self._heartbeat = store.heartbeat
         self._missing: set[str] = set(store.nodes)  # known nodes without a verdict yet
         self._moved: set[str] = set()  # fresh verdicts whose entry got a new sample time
-        self.grew = False  # verdicts were added since the owner last looked
+        # Verdicts were added since the owner last looked. A new table is new cost too (even one
+        # over an empty store, which never adds a verdict), so the owner trims on its first use.
+        self.grew = True
 
     def cost(self) -> int:
         return len(self.verdicts) + _TABLE_COST
@@ -214,6 +216,10 @@ class Judge:
     def table_entries(self) -> int:
         """Verdicts held by all tables (for tests and the bound above)."""
         return sum(len(t.verdicts) for t in self._tables.values())
+
+    def table_cost(self) -> int:
+        """What ``max_entries`` bounds: the verdicts plus each table's own cost."""
+        return sum(t.cost() for t in self._tables.values())
 
     def _trim(self, keep: _Table) -> None:
         total = sum(t.cost() for t in self._tables.values())

@@ -15,8 +15,9 @@ from exporter.cli import build_parser as exporter_parser
 from exporter.registry import specs
 from extender import print_config
 from extender.cli import build_parser as extender_parser
+from extender.cli import config_from_args
 from mco import webconfig
-from mco.flags import listen_address
+from mco.flags import listen_address, size
 from mco.webconfig import TLSServerConfig, WebConfig
 from rulegen.model import DetectionRuleConfig
 from tests.chart.helm import merge, render, render_scenario, scenario_values
@@ -87,6 +88,53 @@ def test_extender_accepts_the_chart_arguments_and_follows_the_model() -> None:
     assert args.stale_after == default.report.stale_after
     assert args.neutral_score == default.report.neutral_score
     assert args.report_file is None  # reports come from the Kubernetes API in a cluster
+
+
+MiB = 1 << 20
+WORKER_OVERHEAD = 100 * MiB  # report, verdict tables, one decode (docs/extender.md)
+
+
+@pytest.mark.parametrize(
+    ("workers", "extender", "per_worker"),
+    [
+        (1, {}, 128 * MiB),  # the pod's 128Mi, all to the one worker
+        (4, {}, 64 * MiB),  # 32Mi each would be under one largest body: 64Mi each
+        (4, {"maxBodyMemory": "512Mi"}, 128 * MiB),
+        (4, {"maxBodyMemory": "1Gi", "maxBodySize": "8Mi"}, 256 * MiB),
+        (3, {"maxBodyMemory": 100 * MiB, "maxBodySize": "1Mi"}, 100 * MiB // 3),
+        (
+            4,
+            {"maxBodyMemory": "96Mi", "resources": {"limits": {"memory": "0.5Gi"}}},
+            64 * MiB,
+        ),
+    ],
+)
+def test_extender_body_budget_is_the_pods_shared_by_its_workers(
+    workers: int, extender: dict[str, Any], per_worker: int
+) -> None:
+    """`--max-body-memory` is per process: the chart gives each worker its share of the pod's
+    budget, never less than one body of the largest size; the extender starts with them, and
+    NOTES warns exactly when the workers' memory passes the container's limit, naming a limit
+    that clears the warning."""
+    values = {"extender": {"workers": workers, **extender}}
+    rendered = render(values)
+    c = container(rendered, "Deployment", "-extender")
+    args = extender_parser().parse_args(c["args"])
+    assert args.workers == workers
+    assert args.max_body_memory == per_worker
+    assert args.max_body_size == size(str(extender.get("maxBodySize", "64Mi")))
+    config = config_from_args(args)  # the extender's own check: at least one largest body
+    assert config.max_body_memory == per_worker
+    limit_text = c["resources"]["limits"]["memory"]  # 512Mi (the default) or 0.5Gi
+    limit = round(float(limit_text[:-2]) * (1024 * MiB if limit_text.endswith("Gi") else MiB))
+    need = workers * (per_worker + WORKER_OVERHEAD)
+    warned = "can be OOM-killed" in rendered.notes
+    assert warned is (need > limit), rendered.notes
+    if warned:
+        suggested = f"{-(-need // MiB)}Mi"
+        assert f"extender.resources.limits.memory={suggested}" in rendered.notes
+        raised = merge(values, {"extender": {"resources": {"limits": {"memory": suggested}}}})
+        assert "can be OOM-killed" not in render(raised).notes
 
 
 def test_extender_tls_values_become_its_web_config(tmp_path: Path) -> None:

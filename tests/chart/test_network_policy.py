@@ -5,14 +5,24 @@ the policies that select it; a connection passes when one rule's peers and ports
 from __future__ import annotations
 
 import ipaddress
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
-from tests.chart.helm import NAMESPACE, SCENARIOS, chart, render, render_scenario, scenario_values
+from tests.chart.helm import (
+    NAMESPACE,
+    SCENARIOS,
+    chart,
+    merge,
+    render,
+    render_scenario,
+    scenario_values,
+)
 
 # The port each workload serves, by component (the chart's defaults).
 PORTS = {"exporter": 9847, "reporter": 9849, "rulegen": 9850, "extender": 9848}
@@ -242,3 +252,64 @@ def test_notes_name_the_selectors_to_adjust() -> None:
     assert "ipBlock" not in render_scenario("existing-volcano").notes
     off = render({**scenario_values("full"), "networkPolicy": {"enabled": False}}).notes
     assert "NetworkPolic" not in off
+
+
+HOST_SCHEDULER = Source({}, "", ip="10.0.0.11")  # kubeadm's static pod: its node's address
+BLOCKED = "has no ipBlock peer"
+
+
+def _values_from_notes(notes: str) -> dict[str, Any]:
+    """The values block the warning prints, its placeholder filled in as a user would."""
+    lines = notes.splitlines()
+    start = lines.index("    networkPolicy:")
+    block = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        block.append(line)
+    text = textwrap.dedent("\n".join(block)).replace("<control-plane node IP>", "10.0.0.11")
+    values: dict[str, Any] = yaml.safe_load(text)
+    return values
+
+
+VOLCANO_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "volcano-system"}},
+    "podSelector": {"matchLabels": {"app": "volcano-scheduler"}},
+}
+
+
+@pytest.mark.parametrize(
+    "schedulers",
+    [None, [], [VOLCANO_PEER]],
+    ids=["default", "none", "volcano-only"],
+)
+def test_notes_warn_when_a_host_network_kube_scheduler_is_blocked(
+    schedulers: list[dict[str, Any]] | None,
+) -> None:
+    """With the kube-scheduler ConfigMap and no ipBlock peer, a kube-scheduler on the host
+    network is dropped and (the extender being ignorable) every cycle waits out httpTimeout:
+    NOTES says so and prints the value to set, which admits it and keeps every peer admitted
+    before; with it set, the warning is gone."""
+    values: dict[str, Any] = {"scheduler": {"kubeScheduler": {"httpTimeout": "3s"}}}
+    if schedulers is not None:
+        values["networkPolicy"] = {"schedulers": schedulers}
+    before = render(values)
+    labels, _ = workloads(before)["extender"]
+    assert not admitted(before.of_kind("NetworkPolicy"), labels, HOST_SCHEDULER, 9848)
+    assert BLOCKED in before.notes and "waits out httpTimeout (3s)" in before.notes
+
+    after = render(merge(values, _values_from_notes(before.notes)))
+    policies = after.of_kind("NetworkPolicy")
+    assert admitted(policies, labels, HOST_SCHEDULER, 9848)
+    assert not admitted(policies, labels, Source({}, "", ip="10.0.0.12"), 9848)
+    for src in (VOLCANO, KUBE_SCHEDULER, PROMETHEUS, *STRANGERS):
+        was = admitted(before.of_kind("NetworkPolicy"), labels, src, 9848)
+        assert admitted(policies, labels, src, 9848) is was, src
+    assert BLOCKED not in after.notes and "ipBlock peers" in after.notes
+
+
+def test_no_host_network_warning_without_the_config_or_the_policy() -> None:
+    assert BLOCKED in render({}).notes
+    assert BLOCKED not in render({"scheduler": {"kubeScheduler": {"configMap": False}}}).notes
+    assert BLOCKED not in render({"networkPolicy": {"enabled": False}}).notes
+    assert BLOCKED not in render({"extender": {"enabled": False}}).notes

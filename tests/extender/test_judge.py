@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.config import VerdictConfig
-from extender.judge import Judge
+from extender.judge import MAX_TABLE_ENTRIES, Judge
 from extender.reports import ReportStore
 from extender.verdict import NodeFacts, Verdict, decide, pod_facts
 from reporter.schema import entry_time
@@ -194,3 +194,27 @@ def test_all_tables_together_are_bounded_by_entries():
                 expected = decide(nodes[name], T0, pod, NodeFacts(name), config, T0 + 1)
                 assert verdicts[names.index(name)] == expected
     assert judge.table_entries() >= 4_000  # the plain pods' table, used all along, stayed
+
+
+@pytest.mark.parametrize("report", ["none yet", "zero nodes"])
+def test_tables_over_an_empty_store_are_bounded(report):
+    """Before the first report loads, or with a report of no nodes, no table ever gains a
+    verdict: 20,000 distinct Kata runtime classes must still not keep 20,000 tables."""
+    config = VerdictConfig()
+    store = ReportStore()
+    if report == "zero nodes":
+        store.replace_all([cluster_report({})])
+    judge = Judge(store, config)
+    names = ["n1", "n2"]
+
+    def ask() -> None:
+        for i in range(20_000):
+            pod = pod_facts(f"kata-{i}", config)
+            verdicts = judge.names(names, pod, T0)
+            assert [v.reason for v in verdicts] == ["kata_not_ready"] * 2
+            assert judge.table_cost() <= MAX_TABLE_ENTRIES
+
+    held = _held_by(ask)
+    # At most MAX_TABLE_ENTRIES / _TABLE_COST empty tables stay: ~2,000, a few MiB.
+    assert held < 8 << 20, f"{held >> 20} MiB kept by tables over an empty store"
+    assert judge.table_entries() == 0

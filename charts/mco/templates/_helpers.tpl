@@ -248,3 +248,35 @@ kata-deploy deletes and recreates /opt/kata on every rollout, which would leave 
 {{- end -}}
 {{- toJson (uniq $dirs) -}}
 {{- end -}}
+
+{{/* A Kubernetes memory quantity (`512Mi`, `1Gi`, `0.5Gi`, `1G`, `536870912`) in bytes. */}}
+{{- define "mco.bytes" -}}
+{{- if not (kindIs "string" .) -}}
+{{- int64 . -}}{{/* a YAML number: Helm holds it as a float64, which toString writes 1e+08 */}}
+{{- else -}}
+{{- $q := trim . -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $unit := trimPrefix $number $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%q is not a memory quantity like 512Mi, 1Gi or 536870912" $q) -}}
+{{- end -}}
+{{- mulf (float64 $number) (get $units $unit) | int64 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The extender's per-worker body budget (`--max-body-memory`, bytes): the pod's
+extender.maxBodyMemory shared by its workers, at least extender.maxBodySize (one body of the
+largest size must fit, or the extender refuses to start). */}}
+{{- define "mco.extenderBodyMemory" -}}
+{{- $x := .Values.extender -}}
+{{- $share := div (include "mco.bytes" $x.maxBodyMemory | int64) (int64 $x.workers) -}}
+{{- max $share (include "mco.bytes" $x.maxBodySize | int64) -}}
+{{- end -}}
+
+{{/* Memory the extender's pod needs (bytes): per worker its body budget plus ~100Mi for the
+report, the verdict tables and one decode (docs/extender.md, "All bodies together"). */}}
+{{- define "mco.extenderMemoryNeed" -}}
+{{- $perWorker := add (include "mco.extenderBodyMemory" . | int64) 104857600 -}}
+{{- mul (int64 .Values.extender.workers) $perWorker -}}
+{{- end -}}
