@@ -426,6 +426,7 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
         )
         await cluster.post(DRC_PATH, json=drc(GOOD))
         env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        env["POD_NAMESPACE"] = "mco-system"
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -464,9 +465,9 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
                     text = await r.text()
             assert "mco_rulegen_config_accepted 1.0" in text
             assert "mco_rulegen_applied_generation 1.0" in text
-            # Leader-elected by default, with the Lease beside the PrometheusRule.
+            # Leader-elected by default, with the Lease in the pod's own namespace.
             assert "mco_rulegen_leader 1.0" in text
-            lease = cluster.objects[LEASES, "monitoring", "mco-rulegen"].raw
+            lease = cluster.objects[LEASES, "mco-system", "mco-rulegen"].raw
             assert lease["spec"]["holderIdentity"] == "only"
             assert rule(cluster)["spec"] == expected_rule(GOOD, 1)["spec"]
         finally:
@@ -477,7 +478,7 @@ async def test_cli_controller_serves_metrics_over_tls_and_stops_on_sigterm(clust
         assert any(rec["msg"] == "PrometheusRule applied" for rec in lines)
         # SIGTERM released the lease, so a standby need not wait it out.
         assert (
-            not cluster.objects[LEASES, "monitoring", "mco-rulegen"]
+            not cluster.objects[LEASES, "mco-system", "mco-rulegen"]
             .raw["spec"]
             .get("holderIdentity")
         )

@@ -264,6 +264,7 @@ async def test_writes_are_fenced_once_the_renew_deadline_passes(ha) -> None:
 
 def spawn(identity: str, kubeconfig: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env["POD_NAMESPACE"] = "monitoring"  # the Lease defaults to the pod's own namespace
     return subprocess.Popen(
         [
             sys.executable,
