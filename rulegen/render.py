@@ -120,6 +120,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
                 "label": c.label,
                 "series": catalog.by_key(c.recorded).series,
                 "operator": c.operator,
+                "lower_is_worse": c.lower_is_worse,
                 "max": config.hard_constraints[c.key],
             }
             for c in catalog.constraints

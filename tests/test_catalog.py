@@ -377,8 +377,12 @@ def test_a_hard_constraint_is_violated_in_its_direction(
     )
     catalog = dataclasses.replace(EXTENDED, constraints=(*CATALOG.constraints, bound))
     config = DetectionRuleConfig.default(catalog)
-    (tmp_path / "rules.yaml").write_text(render_rules(config, catalog=catalog))
+    rendered = render_rules(config, catalog=catalog)
+    (tmp_path / "rules.yaml").write_text(rendered)
     assert_clean_check(tmp_path / "rules.yaml")
+    # The alert's words fit every constraint it may fire for (the shipped ones: "above").
+    wording = "beyond its limit" if lower_is_worse else "above its maximum"
+    assert f"is {wording}." in rendered
     bandwidth = "mco_memory_bandwidth_bytes_total"
     violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",node="n1"}}'
     inputs = [
