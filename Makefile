@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 STRESS ?=
 RUN_ARGS ?=
 
-.PHONY: all run test lint typecheck pytest bench generate check-generated system venv clean help
+.PHONY: all run test lint typecheck pytest bench reliability generate check-generated system venv clean help
 
 all: test
 
@@ -20,6 +20,7 @@ help:
 	@echo "make test       set up and run the whole test suite (ruff, mypy, pytest)"
 	@echo "make lint       ruff and mypy only"
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"
+	@echo "make reliability  replay issue 19's attacks at full scale (QUICK=1: smaller)"
 	@echo "make generate   regenerate checked-in rules, CRDs and dashboards"
 
 system:
@@ -61,6 +62,9 @@ run: venv
 
 bench: venv
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+reliability: venv
+	$(BIN)/python -m bench.reliability $(if $(QUICK),--quick) $(RELIABILITY_ARGS)
 
 generate: venv
 	$(BIN)/python -m scripts.generate

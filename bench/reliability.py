@@ -1,0 +1,591 @@
+"""`make reliability`: issue 19's attacks at full scale, against the real processes.
+
+The fast forms of these attacks run in `make test`; this replays them at the sizes that found
+the defects (90 aborted 64 MiB bodies, 1,000 slowloris connections, 40 SIGKILLs, ...), each
+against a server started through its public flags, and prints one line per attack:
+``PASS|FAIL name: measured figure``. It exits 1 when any attack fails. ``--quick`` runs every
+attack at a smaller scale (a smoke run of the runner itself).
+
+A yardstick, not a unit test: the bounds are the issue's (the charts' memory limits, 1 s) with
+room for a loaded machine, and each line prints what was measured so a drift shows before a
+bound is crossed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from aiohttp import web
+
+from bench.extender import write_report
+from reporter.query import Plan
+from scripts.procs import Managed, free_port, wait_until
+from tests.extender import bodies
+from tests.reporter.fakeprom import FakeProm
+from tests.reporter.helpers import quiet_values
+from tests.reporter.test_memory import Hostile, _bomb
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+EXTENDER_LIMIT = 512 * MIB  # charts/mco/values.yaml: extender.resources.limits.memory
+REPORTER_LIMIT = 256 * MIB  # charts/mco/values.yaml: reporter.resources.limits.memory
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    figure: str
+
+
+@dataclass
+class Run:
+    quick: bool
+    workdir: Path
+
+    def scale(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+
+Attack = Callable[[Run], Outcome]
+
+
+def rss(pid: int, field: str = "VmRSS") -> int:
+    """A /proc/PID/status memory field (VmRSS, VmHWM) in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+# --- extender ---------------------------------------------------------------------------------
+
+NODES = [f"rel-node-{i:03d}" for i in range(200)]
+
+
+@contextlib.contextmanager
+def extender(run: Run, name: str, *flags: str) -> Iterator[tuple[Managed, str]]:
+    report = run.workdir / f"{name}.report.json"
+    if not report.exists():
+        write_report(report, NODES)
+    port = free_port()
+    proc = Managed(
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}",
+         f"--report-file={report}", "--stale-after=24h", "--log.level=warn", *flags],
+        name="mco-extender", log_path=run.workdir / f"{name}.extender.log",
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with proc:
+        proc.wait_http(f"{url}/readyz")
+        yield proc, url
+
+
+PREDICATE = bodies.volcano_predicate(NODES[1], tasks=3)
+
+
+def predicate_ok(url: str, timeout: float = 10) -> float:
+    """Seconds one normal predicate call took; raises when its answer is not the right one."""
+    start = time.perf_counter()
+    answer = requests.post(f"{url}/volcano/predicate", data=PREDICATE, timeout=timeout)
+    took = time.perf_counter() - start
+    if answer.json() != {"status": "", "code": 0}:
+        raise RuntimeError(f"predicate answered {answer.status_code}: {answer.text[:200]}")
+    return took
+
+
+def extender_declared_length(run: Run) -> Outcome:
+    """Aborted requests declaring 64 MiB: memory must follow the bytes sent, not the header."""
+    total = run.scale(90, 30)
+    with extender(run, "declared") as (proc, url):
+        predicate_ok(url)
+        before = rss(proc.pid)
+        peak = before
+        for _ in range(total // 10):
+            socks = []
+            for _ in range(10):
+                sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+                sock.sendall(
+                    b"POST /volcano/prioritize HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{"
+                )
+                socks.append(sock)
+            time.sleep(0.3)
+            peak = max(peak, rss(proc.pid))
+            for sock in socks:
+                sock.close()
+        time.sleep(0.5)
+        took = predicate_ok(url)
+        after = rss(proc.pid)
+    growth, held = peak - before, after - before
+    return Outcome(
+        growth < 64 * MIB and held < 64 * MIB and took < 1,
+        f"{total} aborted 64 MiB bodies: RSS {before / MIB:.0f} MiB, +{growth / MIB:.0f} MiB "
+        f"while 10 hang, +{held / MIB:.0f} MiB after (bound 64); "
+        f"predicate then {took * 1e3:.0f} ms",
+    )
+
+
+def extender_slowloris(run: Run) -> Outcome:
+    """Connections that send their headers one byte at a time must not starve a normal call."""
+    count = run.scale(1000, 200)
+    seconds = run.scale(30, 6)
+    with extender(run, "slowloris") as (proc, url):
+        port = int(url.rsplit(":", 1)[1])
+        predicate_ok(url)
+        before = rss(proc.pid)
+        head = (
+            b"POST /volcano/predicate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"X-Slow: %s\r\n" % (b"a" * 200)
+        )  # never the blank line that ends the headers
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+        for sock in socks:
+            sock.setblocking(False)
+        closed: set[int] = set()
+        latencies: list[float] = []
+        sent = 0
+        began = next_call = time.monotonic()
+        tick = seconds / len(head)
+        try:
+            while sent < len(head):
+                for i, sock in enumerate(socks):
+                    if i in closed:
+                        continue
+                    try:
+                        sock.send(head[sent : sent + 1])
+                    except OSError:
+                        closed.add(i)
+                sent += 1
+                if time.monotonic() >= next_call:
+                    latencies.append(predicate_ok(url))
+                    next_call = time.monotonic() + 0.5
+                time.sleep(max(0.0, began + sent * tick - time.monotonic()))
+            # Did the server drop any connection whose headers never finished?
+            for i, sock in enumerate(socks):
+                try:
+                    if sock.recv(1) == b"":
+                        closed.add(i)
+                except BlockingIOError:
+                    pass  # still open, still waiting for the rest of its headers
+                except OSError:
+                    closed.add(i)
+            latencies.append(predicate_ok(url))
+            elapsed = time.monotonic() - began
+            alive = proc.alive
+            memory = rss(proc.pid) - before
+        finally:
+            for sock in socks:
+                sock.close()
+    worst = max(latencies)
+    return Outcome(
+        alive and worst < 1,
+        f"{count} connections, {sent} header bytes each over {elapsed:.0f} s: {len(latencies)} "
+        f"predicate calls, worst {worst * 1e3:.0f} ms (bound 1000); server closed {len(closed)} "
+        f"of the slow connections while they lasted (no header timeout); they held "
+        f"+{memory / MIB:.0f} MiB RSS",
+    )
+
+
+def _gzip_zeros(inflated: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"\0" * MIB
+    return b"".join([*(z.compress(zeros) for _ in range(inflated // MIB)), z.flush()])
+
+
+def extender_gzip_bomb(run: Run) -> Outcome:
+    inflated = run.scale(1024, 256) * MIB
+    bomb = _gzip_zeros(inflated)
+    with extender(run, "gzip") as (proc, url):
+        predicate_ok(url)
+        before = rss(proc.pid)
+        answers = [
+            requests.post(
+                f"{url}{route}",
+                data=bomb,
+                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+                timeout=60,
+            ).status_code
+            for route in ("/scheduler/filter", "/volcano/prioritize")
+        ]
+        peak = rss(proc.pid, "VmHWM")
+        predicate_ok(url)
+    return Outcome(
+        answers == [413, 413] and peak < EXTENDER_LIMIT,
+        f"{len(bomb) / MIB:.1f} MiB inflating to {inflated // MIB} MiB: answered {answers} "
+        f"(want 413); RSS {before / MIB:.0f} MiB, peak {peak / MIB:.0f} MiB "
+        f"(chart limit {EXTENDER_LIMIT // MIB})",
+    )
+
+
+def extender_kata_tables(run: Run) -> Outcome:
+    """Filter calls each with a new kata-N runtime class and names not in the report."""
+    calls = run.scale(50_000, 2_000)
+    wide = run.scale(200_000, 20_000)
+    template = bodies.kube_args(["__NAMES__"], runtime_class="kata-__N__")
+    assert b'["__NAMES__"]' in template
+    template = template.replace(b'["__NAMES__"]', b"__NAMES__")
+
+    def body(n: int, names: list[str]) -> bytes:
+        return template.replace(b"kata-__N__", b"kata-%d" % n).replace(
+            b"__NAMES__", json.dumps(names).encode()
+        )
+
+    with extender(run, "tables") as (proc, url):
+        predicate_ok(url)
+        before = rss(proc.pid)
+        session = requests.Session()
+        start = time.perf_counter()
+        for n in range(8):  # the issue's form: 200,000 unknown names in each of 8 calls
+            names = [f"ghost-{n}-{i}" for i in range(wide)]
+            answer = session.post(f"{url}/scheduler/filter", data=body(n, names), timeout=120)
+            answer.raise_for_status()
+        mid = rss(proc.pid)
+        for n in range(8, 8 + calls):  # and many classes, each with a few unknown names
+            names = [f"ghost-{n}-{i}" for i in range(4)] + NODES[:2]
+            answer = session.post(f"{url}/scheduler/filter", data=body(n, names), timeout=30)
+            answer.raise_for_status()
+        seconds = time.perf_counter() - start
+        predicate_ok(url)
+        after = rss(proc.pid)
+    growth = max(mid, after) - before
+    return Outcome(
+        growth < 64 * MIB,
+        f"8 calls x {wide:,} unknown names, then {calls:,} calls with distinct kata-N classes "
+        f"in {seconds:.0f} s: RSS {before / MIB:.0f} -> {mid / MIB:.0f} -> {after / MIB:.0f} MiB "
+        f"(growth bound 64)",
+    )
+
+
+def extender_report_corruption(run: Run) -> Outcome:
+    """The report file truncated, garbled, emptied or replaced by a directory while serving:
+    the answers stay those of the last good report."""
+    report = run.workdir / "corrupt.report.json"
+    write_report(report, NODES)
+    good = report.read_bytes()
+    prioritize = bodies.kube_args(NODES)
+    rounds = run.scale(5, 1)
+
+    def to_directory() -> None:
+        report.unlink()
+        report.mkdir()
+
+    faults: dict[str, Callable[[], object]] = {
+        "truncated": lambda: report.write_bytes(good[: len(good) // 2]),
+        "garbage": lambda: report.write_bytes(os.urandom(len(good))),
+        "empty": lambda: report.write_bytes(b""),
+        "json-null": lambda: report.write_bytes(b"null"),
+        "wrong-kind": lambda: report.write_bytes(b'{"kind":"Pod","items":[1]}'),
+        "removed": report.unlink,
+        "directory": to_directory,
+    }
+    changed: list[str] = []
+    with extender(run, "corrupt", "--report-poll-interval=50ms") as (proc, url):
+
+        def scores() -> bytes:
+            answer = requests.post(f"{url}/scheduler/prioritize", data=prioritize, timeout=10)
+            answer.raise_for_status()
+            return answer.content
+
+        expected = scores()
+        for _ in range(rounds):
+            for name, fault in faults.items():
+                fault()
+                time.sleep(0.3)  # several polls of the bad file
+                if scores() != expected or not proc.alive:
+                    changed.append(name)
+                if report.is_dir():
+                    report.rmdir()
+                report.write_bytes(good)
+        # A good new report is still picked up: the poller did not stop on the faults.
+        write_report(report, NODES[::-1])
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: scores() != expected, timeout=5, what="the new report")
+        recovered = scores() != expected
+    return Outcome(
+        not changed and recovered,
+        f"{len(faults)} corruptions x {rounds}: answers changed under {changed or 'none'}; "
+        f"a good report afterwards {'was' if recovered else 'was NOT'} picked up",
+    )
+
+
+# --- reporter ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: web.Application) -> Iterator[str]:
+    """An aiohttp app on its own event loop thread (the fake Prometheus): the base URL."""
+    loop = asyncio.new_event_loop()
+    port = free_port()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+
+def fake_prometheus(nodes: int) -> tuple[web.Application, Hostile]:
+    """tests/reporter's fake Prometheus: a fleet of quiet nodes until ``attack`` is set."""
+    hostile = Hostile()
+    hostile.prom = FakeProm()
+    hostile.prom.nodes = {f"n{i:04d}": quiet_values(Plan(compact=False)) for i in range(nodes)}
+    app = web.Application(client_max_size=8 * MIB)
+    app.router.add_post("/api/v1/query", hostile.handle)
+    return app, hostile
+
+
+def reporter_argv(url: str, out: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "reporter", f"--prometheus-url={url}", f"--output={out}",
+            "--web.listen-address=", *flags]  # fmt: skip
+
+
+def written(out: Path, since_mtime_ns: int) -> bool:
+    return out.exists() and out.stat().st_mtime_ns != since_mtime_ns
+
+
+def reporter_sigkill(run: Run) -> Outcome:
+    """SIGKILLs mid-write while a reader parses the file: no reader ever sees a partial file,
+    and the next start removes the temporaries the kills left."""
+    kills = run.scale(40, 5)
+    out = run.workdir / "killed" / "report.json"
+    out.parent.mkdir()
+    app, _ = fake_prometheus(run.scale(3000, 1000))
+    reads, invalid = 0, 0
+    stop = threading.Event()
+
+    def reader() -> None:
+        nonlocal reads, invalid
+        while not stop.is_set():
+            try:
+                data = out.read_bytes()
+            except FileNotFoundError:
+                continue
+            reads += 1
+            try:
+                json.loads(data)
+            except ValueError:
+                invalid += 1
+
+    log = run.workdir / "killed.reporter.log"
+    rng = random.Random(19)
+    with serve_in_thread(app) as url:
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        try:
+            for _ in range(kills):
+                proc = Managed(reporter_argv(url, out, "--interval=100ms"), name="mco-reporter",
+                               log_path=log)  # fmt: skip
+                mtime = out.stat().st_mtime_ns if out.exists() else 0
+                proc.start()
+                wait_until(functools.partial(written, out, mtime), timeout=60, what="a write")
+                time.sleep(rng.uniform(0.0, 0.4))  # land somewhere in the write loop
+                os.killpg(proc.pid, signal.SIGKILL)
+                assert proc.proc is not None
+                proc.proc.wait(10)
+            left = len(list(out.parent.glob(".report.json.*.tmp")))
+            with Managed(reporter_argv(url, out, "--interval=100ms"), name="mco-reporter",
+                         log_path=log) as proc:  # fmt: skip
+                mtime = out.stat().st_mtime_ns
+                wait_until(lambda: out.stat().st_mtime_ns != mtime, timeout=60, what="a write")
+                after = sorted(p.name for p in out.parent.glob(".report.json.*.tmp"))
+        finally:
+            stop.set()
+            thread.join(5)
+    return Outcome(
+        invalid == 0 and not after and reads > 0,
+        f"{kills} SIGKILLs of a {out.stat().st_size / MIB:.1f} MiB writer: {invalid} invalid of "
+        f"{reads:,} reads; {left} temporaries left by the kills, {len(after)} after the next "
+        "start",
+    )
+
+
+def reporter_hostile_answers(run: Run) -> Outcome:
+    """A gzip bomb and a 200 MB answer: RSS under the chart's limit, condition AnswerTooLarge."""
+    attacks = ["gzip-bomb", "200MB"]
+    figures, ok = [], True
+    out = run.workdir / "answers" / "report.json"
+    out.parent.mkdir()
+    app, hostile = fake_prometheus(50)
+    hostile.bomb = _bomb(run.scale(512, 128) * MIB)
+    with serve_in_thread(app) as url:
+        for attack in attacks:
+            hostile.attack = ""
+            out.unlink(missing_ok=True)
+            flags = ("--interval=500ms", "--prometheus-timeout=20s")
+            with Managed(reporter_argv(url, out, *flags), name="mco-reporter",
+                         log_path=run.workdir / f"{attack}.reporter.log") as proc:  # fmt: skip
+                condition(out, "True", "QuerySucceeded", 60)
+                before = rss(proc.pid, "VmHWM")
+                hostile.attack = attack
+                found = condition(out, "False", "AnswerTooLarge", 90)
+                time.sleep(run.scale(5, 1))  # a few more cycles of the same answer
+                peak = rss(proc.pid, "VmHWM")
+                alive = proc.alive
+            ok &= found and alive and peak < REPORTER_LIMIT
+            figures.append(
+                f"{attack}: peak RSS {before / MIB:.0f} -> {peak / MIB:.0f} MiB "
+                f"(limit {REPORTER_LIMIT // MIB}), AnswerTooLarge {'yes' if found else 'NO'}"
+            )
+    return Outcome(ok, "; ".join(figures))
+
+
+def condition(out: Path, status: str, reason: str, timeout: float) -> bool:
+    def seen() -> bool:
+        doc = json.loads(out.read_text())
+        return any(
+            c["type"] == "SourceReachable" and (c["status"], c["reason"]) == (status, reason)
+            for c in doc["status"].get("conditions", [])
+        )
+
+    try:
+        wait_until(seen, timeout=timeout, what=reason, retry_on=(OSError, ValueError, KeyError))
+    except TimeoutError:
+        return False
+    return True
+
+
+# --- rulegen ----------------------------------------------------------------------------------
+
+HEADER = "apiVersion: mco.io/v1alpha1\nkind: DetectionRuleConfig\nmetadata: {name: default}\n"
+ALIAS_BOMB = (
+    "  a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+    + "  window: *a8\n"
+)
+RULEGEN_CONFIGS = {
+    "9x9 alias bomb": ALIAS_BOMB,
+    "401-digit weight": "  detections: {ioCongestion: {weight: " + "9" * 401 + "}}\n",
+}
+
+
+def _timed(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.perf_counter()
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return result, time.perf_counter() - start
+
+
+def rulegen_hostile_configs(run: Run) -> Outcome:
+    """Exit 1 with one line, within 1 s of the process's own start-up time."""
+    rulegen = [sys.executable, "-m", "rulegen"]
+    _, startup = _timed([*rulegen, "--version"])
+    ok, figures = True, []
+    for name, spec in RULEGEN_CONFIGS.items():
+        path = run.workdir / f"rulegen-{name.split()[0]}.yaml"
+        path.write_text(HEADER + "spec:\n" + spec)
+        result, took = _timed([*rulegen, "render", f"--config={path}"])
+        lines = result.stderr.splitlines()
+        good = result.returncode == 1 and len(lines) == 1 and took - startup < 1
+        ok &= good
+        figures.append(f"{name}: exit {result.returncode} in {took:.2f} s, {len(lines)} line(s)")
+    return Outcome(ok, "; ".join(figures) + f" (start-up alone {startup:.2f} s, bound +1 s)")
+
+
+# --- exporter ---------------------------------------------------------------------------------
+
+
+def exporter_hostile_tree(run: Run) -> Outcome:
+    """A FIFO and a 100 MB file in --path.procfs: every scrape finishes within 1 s."""
+    tree = run.workdir / "tree"
+    shutil.copytree(FIXTURES / "linux-6.1-metal", tree)
+    (tree / "proc/vmstat").unlink()
+    os.mkfifo(tree / "proc/vmstat")
+    with open(tree / "proc/meminfo", "r+b") as f:
+        f.truncate(100 * 1000 * 1000)  # sparse: no disk
+    scrapes = run.scale(20, 3)
+    port = free_port()
+    proc = Managed(
+        [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}",
+         f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}",
+         f"--path.rootfs={tree}", "--no-collector.perf_llc", "--no-collector.biolatency",
+         "--node-name=reliability"],
+        name="mco-exporter", log_path=run.workdir / "exporter.log",
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+    times: list[float] = []
+    failed: set[str] = set()
+    try:
+        with proc:
+            proc.wait_http(url, timeout=60)
+            for _ in range(scrapes):
+                start = time.perf_counter()
+                text = requests.get(url, timeout=30).text
+                times.append(time.perf_counter() - start)
+                failed |= {
+                    line.split('collector="')[1].split('"')[0]
+                    for line in text.splitlines()
+                    if line.startswith("mco_exporter_collector_success{") and line.endswith(" 0.0")
+                }
+    finally:
+        with contextlib.suppress(OSError):  # a reader stuck on the FIFO (a regression) ends
+            os.close(os.open(tree / "proc/vmstat", os.O_WRONLY | os.O_NONBLOCK))
+    worst = max(times)
+    return Outcome(
+        worst < 1 and {"vmstat", "meminfo"} <= failed,
+        f"{scrapes} scrapes, worst {worst * 1e3:.0f} ms (bound 1000); collectors failed "
+        f"with a reason: {sorted(failed)}",
+    )
+
+
+ATTACKS: dict[str, Attack] = {
+    "extender-declared-length": extender_declared_length,
+    "extender-slowloris": extender_slowloris,
+    "extender-gzip-bomb": extender_gzip_bomb,
+    "extender-kata-tables": extender_kata_tables,
+    "extender-report-corruption": extender_report_corruption,
+    "reporter-sigkill": reporter_sigkill,
+    "reporter-hostile-answers": reporter_hostile_answers,
+    "rulegen-hostile-configs": rulegen_hostile_configs,
+    "exporter-hostile-tree": exporter_hostile_tree,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make reliability", description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", choices=[*ATTACKS, []], help="default: all")
+    parser.add_argument("--quick", action="store_true", help="smaller scale (smoke run)")
+    args = parser.parse_args(argv)
+    failed = []
+    for name in args.names or list(ATTACKS):
+        workdir = Path(tempfile.mkdtemp(prefix=f"mco-reliability-{name}-"))
+        start = time.perf_counter()
+        try:
+            outcome = ATTACKS[name](Run(args.quick, workdir))
+        except Exception as exc:  # an attack that breaks the runner is a failure, not a crash
+            outcome = Outcome(False, f"{type(exc).__name__}: {str(exc)[:400]}")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        seconds = time.perf_counter() - start
+        failed += [] if outcome.ok else [name]
+        verdict = "PASS" if outcome.ok else "FAIL"
+        print(f"{verdict} {name} ({seconds:.0f} s): {outcome.figure}", flush=True)
+    if failed:
+        print(f"reliability attacks failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
