@@ -412,7 +412,10 @@ def reporter_sigkill(run: Run) -> Outcome:
                 mtime = out.stat().st_mtime_ns if out.exists() else 0
                 proc.start()
                 wait_until(functools.partial(written, out, mtime), timeout=60, what="a write")
-                time.sleep(rng.uniform(0.0, 0.4))  # land somewhere in the write loop
+                # Aim at a write: kill as soon as a temporary shows (or after a random wait).
+                aim = time.monotonic() + rng.uniform(0.05, 0.5)
+                while time.monotonic() < aim and not any(out.parent.glob(".report.json.*.tmp")):
+                    pass
                 os.killpg(proc.pid, signal.SIGKILL)
                 assert proc.proc is not None
                 proc.proc.wait(10)
