@@ -27,7 +27,7 @@ from extender.config import (
     SourceConfig,
     VerdictConfig,
 )
-from mco import webconfig
+from mco import webserver
 from mco.flags import duration, size
 from mco.logs import add_log_flags
 from mco.settings import (
@@ -186,7 +186,7 @@ def serve(settings: ExtenderSettings) -> None:
         },
     )
     app = make_app(settings.config)
-    webconfig.install(app, web_.config)
+    webserver.install(app, web_.config)
     web.run_app(
         app,
         host=web_.bind_host,  # None: every interface, both address families

@@ -16,29 +16,28 @@ toolkit's key, which the chart uses for kubelet probes), and a bcrypt verificati
 (user, hash, password) because bcrypt is slow on purpose. Renewed certificate files are
 loaded into the live context (``CertificateReloader``; the toolkit re-reads them per
 connection). One ``WebConfig`` gives the
-``ssl.SSLContext`` and the authentication and headers, as an aiohttp middleware (``install``)
-or a WSGI wrapper (``wsgi``, the exporter's prometheus_client server).
+``ssl.SSLContext`` and the authentication and headers, as a WSGI wrapper (``wsgi``, the
+exporter's prometheus_client server) or, in ``mco.webserver``, an aiohttp middleware. This
+module imports neither aiohttp nor asyncio: the exporter, on every node, pays only for what it
+serves with.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import contextlib
 import hashlib
 import logging
 import os
 import re
 import ssl
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import bcrypt
 import yaml
-from aiohttp import web
 
 # Python's ssl cannot ask for a client certificate and then accept it unverified, so the two
 # toolkit policies that do (RequestClientCert without a CA, RequireAnyClientCert) are refused
@@ -246,23 +245,6 @@ class WebSettings:
         return self.host or None
 
 
-async def start(app: web.Application, settings: WebSettings) -> web.AppRunner:
-    """Serve ``app`` as the settings say (TLS, basic auth, headers, address); the caller
-    cleans the runner up. ``:PORT`` binds every interface, IPv4 and IPv6."""
-    install(app, settings.config)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(
-        runner, settings.bind_host, settings.port, ssl_context=settings.config.ssl_context
-    )
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner
-
-
 def load(path: str) -> WebConfig:
     """Read and validate a web configuration file; WebConfigError says what is wrong."""
     try:
@@ -393,7 +375,7 @@ class BasicAuth:
         return self._cache.get(self._key(*creds))
 
     def verify(self, header: str | None) -> bool:
-        """Blocking; callers on an event loop run it in a thread (``verify_async``)."""
+        """Blocking; callers on an event loop run it in a thread (``mco.webserver``)."""
         creds = _credentials(header)
         if creds is None:
             return False
@@ -411,12 +393,6 @@ class BasicAuth:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = ok
             return ok
-
-    async def verify_async(self, header: str | None) -> bool:
-        known = self.cached(header)
-        if known is not None:
-            return known
-        return await asyncio.get_running_loop().run_in_executor(None, self.verify, header)
 
     def _key(self, user: str, password: bytes) -> tuple[str, bytes, bytes]:
         return user, self._users.get(user, b""), hashlib.sha256(password).digest()
@@ -444,51 +420,7 @@ def _credentials(header: str | None) -> tuple[str, bytes] | None:
     return user.decode("utf-8", "replace"), password
 
 
-_UNAUTHORIZED: Final = {"WWW-Authenticate": "Basic"}
-_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def install(app: web.Application, config: WebConfig) -> None:
-    """Basic auth (first of the app's middlewares) and the configured response headers.
-
-    Nothing is added when the configuration asks for neither, so a plain server pays nothing.
-    With TLS, renewed certificate files are picked up every ``RELOAD_SECONDS``.
-    """
-    if config.reloader is not None:
-        reloader = config.reloader
-
-        async def reload_certificates(_: web.Application) -> AsyncIterator[None]:
-            async def loop() -> None:
-                while True:
-                    await asyncio.sleep(RELOAD_SECONDS)
-                    reloader.reload_if_changed()
-
-            task = asyncio.create_task(loop())
-            yield
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-        app.cleanup_ctx.append(reload_certificates)
-    if config.auth is not None:
-        auth, open_paths = config.auth, config.auth_excluded_paths
-
-        @web.middleware
-        async def authenticate(request: web.Request, handler: _Handler) -> web.StreamResponse:
-            if request.path in open_paths or await auth.verify_async(
-                request.headers.get("Authorization")
-            ):
-                return await handler(request)
-            return web.Response(status=401, text="Unauthorized\n", headers=_UNAUTHORIZED)
-
-        app.middlewares.insert(0, authenticate)
-    if config.headers:
-        headers = dict(config.headers)
-
-        async def add_headers(_: web.Request, response: web.StreamResponse) -> None:
-            response.headers.update(headers)
-
-        app.on_response_prepare.append(add_headers)
+UNAUTHORIZED: Final = {"WWW-Authenticate": "Basic"}
 
 
 _WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -509,7 +441,7 @@ def wsgi(app: _WSGIApp, config: WebConfig) -> _WSGIApp:
             and environ.get("PATH_INFO", "") not in config.auth_excluded_paths
             and not config.auth.verify(environ.get("HTTP_AUTHORIZATION"))
         ):
-            start("401 Unauthorized", [("Content-Type", "text/plain"), *_UNAUTHORIZED.items()])
+            start("401 Unauthorized", [("Content-Type", "text/plain"), *UNAUTHORIZED.items()])
             return [b"Unauthorized\n"]
         return app(environ, start)
 

@@ -10,7 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from mco import selfmetrics, webconfig
+from mco import selfmetrics, webserver
 from mco.webconfig import WebSettings
 from reporter.sink import Medium, SinkResult
 
@@ -147,4 +147,4 @@ class ReporterMetrics:
 
 async def serve(metrics: ReporterMetrics, settings: WebSettings) -> web.AppRunner:
     """The self-metrics server, secured by ``--web.config.file`` like every MCO server."""
-    return await webconfig.start(metrics.app(), settings)
+    return await webserver.start(metrics.app(), settings)

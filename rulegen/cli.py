@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mco import webconfig
+from mco import webserver
 from mco.flags import FlagError, duration
 from mco.kubeconfig import api_client
 from mco.leader import LeaseElector, add_leader_flags
@@ -239,7 +239,7 @@ async def run_controller(command: ControllerCommand) -> int:
     metrics = ControllerMetrics()
     controller = RuleConfigController(api, settings, metrics, elector)
     try:
-        runner = await webconfig.start(make_metrics_app(metrics, controller), web_)
+        runner = await webserver.start(make_metrics_app(metrics, controller), web_)
     except OSError as exc:
         log.error("cannot serve metrics", extra={"address": web_.address, "err": str(exc)})
         await api.close()

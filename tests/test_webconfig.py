@@ -16,7 +16,7 @@ import trustme
 import yaml
 from aiohttp import web
 
-from mco import webconfig
+from mco import webconfig, webserver
 from mco.webconfig import BasicAuth, WebConfigError, WebSettings
 from scripts.procs import free_port
 from tests.secured_web import PASSWORD, USER, hosts, secured_web
@@ -139,7 +139,7 @@ async def serve(
     app.router.add_get("/", hello)
     app.router.add_get("/healthz", hello)
     port = free_port()
-    runner = await webconfig.start(app, WebSettings(host, port, config))
+    runner = await webserver.start(app, WebSettings(host, port, config))
     return runner, port
 
 
