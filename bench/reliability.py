@@ -37,6 +37,7 @@ import requests
 from aiohttp import web
 
 from bench.extender import write_report
+from mco.selfmetrics import EXPORTER_COLLECTOR_SUCCESS
 from reporter.query import Plan
 from scripts.procs import Managed, free_port, wait_until
 from tests.extender import bodies
@@ -551,7 +552,7 @@ def exporter_hostile_tree(run: Run) -> Outcome:
                 failed |= {
                     line.split('collector="')[1].split('"')[0]
                     for line in text.splitlines()
-                    if line.startswith("mco_exporter_collector_success{") and line.endswith(" 0.0")
+                    if line.startswith(EXPORTER_COLLECTOR_SUCCESS + "{") and line.endswith(" 0.0")
                 }
     finally:
         with contextlib.suppress(OSError):  # a reader stuck on the FIFO (a regression) ends
