@@ -15,6 +15,7 @@ BENCHMARKS = {
     "reporter": "bench.reporter",
     "extender": "bench.extender",
     "detection": "bench.detection",
+    "wide_node": "bench.wide_node",
 }
 
 

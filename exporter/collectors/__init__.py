@@ -10,6 +10,7 @@ from exporter.collectors import (
     pressure,
     resctrl,
     schedstat,
+    softirqs,
     vmstat,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "pressure",
     "resctrl",
     "schedstat",
+    "softirqs",
     "vmstat",
 ]

@@ -29,7 +29,16 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 KERNEL_EVENTS = {"exporter": {"kernelEvents": {"enabled": True}}}
 # The collectors that read files only: they must work under the chart's default identity.
-FILE_COLLECTORS = ("pressure", "meminfo", "vmstat", "diskstats", "cpu", "schedstat", "resctrl")
+FILE_COLLECTORS = (
+    "pressure",
+    "meminfo",
+    "vmstat",
+    "diskstats",
+    "cpu",
+    "schedstat",
+    "softirqs",
+    "resctrl",
+)
 
 
 def chart_identity(values: dict[str, Any]) -> tuple[int, int, list[str], list[str]]:
@@ -130,7 +139,7 @@ def test_default_identity_runs_every_file_collector_as_root_would(tmp_path: Path
     assert set(got) == {*FILE_COLLECTORS, "kata"}
     assert got == success(root)
     assert families(chart) == families(root)
-    for collector in ("meminfo", "vmstat", "diskstats", "cpu", "kata"):
+    for collector in ("meminfo", "vmstat", "diskstats", "cpu", "softirqs", "kata"):
         assert got[collector] == 1, collector
     assert got["pressure"] == float(Path("/proc/pressure/io").exists())
     assert got["schedstat"] == float(Path("/proc/schedstat").exists())

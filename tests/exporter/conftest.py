@@ -20,6 +20,7 @@ FILE_COLLECTORS = (
     "pressure",
     "resctrl",
     "schedstat",
+    "softirqs",
     "vmstat",
 )
 

@@ -42,6 +42,7 @@ def test_help_lists_every_collector_flag() -> None:
         "diskstats",
         "cpu",
         "schedstat",
+        "softirqs",
         "kata",
     ):
         assert f"--collector.{name}" in out and f"--no-collector.{name}" in out
@@ -104,7 +105,16 @@ def test_collector_switches_and_recorded_tree(tmp_path: Path) -> None:
         for (n, labels) in samples
         if n == "mco_exporter_collector_success"
     }
-    assert collectors == {"cpu", "diskstats", "kata", "meminfo", "pressure", "resctrl", "schedstat"}
+    assert collectors == {
+        "cpu",
+        "diskstats",
+        "kata",
+        "meminfo",
+        "pressure",
+        "resctrl",
+        "schedstat",
+        "softirqs",
+    }
     assert not any(n == "mco_vmstat_pgscan_total" for n, _ in samples)
     devices = {
         dict(labels)["device"] for (n, labels) in samples if n == "mco_block_io_completed_total"

@@ -81,6 +81,7 @@ def test_a_bad_tree_fails_only_its_collectors_and_never_blocks_a_scrape(hostile_
             "diskstats": 0,  # /dev/zero
             "meminfo": 0,  # 100 MB
             "schedstat": 0,  # socket
+            "softirqs": 1,
             "vmstat": 0,  # FIFO
         }
     # The good collectors' samples are all there, exactly as without the bad files.

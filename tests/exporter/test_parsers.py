@@ -22,9 +22,10 @@ from exporter.parsers.cpulist import MAX_CPUS, parse_cpulist
 from exporter.parsers.diskstats import parse_diskstats
 from exporter.parsers.meminfo import parse_meminfo
 from exporter.parsers.pressure import KINDS, parse_pressure
-from exporter.parsers.procstat import parse_stat
+from exporter.parsers.procstat import TIME_FIELDS, CPUTicks, busiest_irq_share, parse_stat
 from exporter.parsers.resctrl import NO_VALUE, parse_domain_id, parse_resctrl_value
 from exporter.parsers.schedstat import SUPPORTED_VERSIONS, parse_schedstat
+from exporter.parsers.softirqs import parse_softirqs
 from exporter.parsers.vmstat import RECLAIMERS, SCAN_TYPES, page_scans, parse_vmstat
 from tests.exporter.conftest import node_collector, samples_of, scrape, tree_paths
 
@@ -74,8 +75,19 @@ def _diskstats(text: str, result: Any) -> None:
 
 
 def _stat(text: str, result: Any) -> None:
-    assert _count(result.steal_ticks)
+    assert _count(result.steal_ticks) and _count(result.irq_ticks)
+    assert _count(result.softirq_ticks)
     assert 1 <= result.cpus <= sum(line.startswith("cpu") for line in text.splitlines())
+    for cpu, ticks in result.per_cpu.items():
+        assert f"cpu{cpu}" in _words(text)
+        assert 0 <= ticks.irq <= ticks.total <= MAX_FIELD * TIME_FIELDS
+
+
+def _softirqs(text: str, result: Any) -> None:
+    columns = len(text.lstrip("\n").splitlines()[0].split())
+    assert result and all(type(v) is int and 0 <= v <= MAX_FIELD * columns for v in result.values())
+    for name in result:
+        assert re.search(rf"^ *{name}:", text, re.MULTILINE), name
 
 
 def _schedstat(text: str, result: Any) -> None:
@@ -107,6 +119,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], Callable[[str, Any], None]]] = {
     "diskstats": (parse_diskstats, _diskstats),
     "stat": (parse_stat, _stat),
     "schedstat": (parse_schedstat, _schedstat),
+    "softirqs": (parse_softirqs, _softirqs),
     "cpulist": (parse_cpulist, _cpulist),
     "resctrl_value": (parse_resctrl_value, _resctrl_value),
     "domain_id": (parse_domain_id, _domain_id),
@@ -253,6 +266,58 @@ def test_stat_round_trip(steal: int, cpus: int, others: list[int]) -> None:
     per_cpu = "".join(f"cpu{i} 1 2 3 4 5 6 7 8 9 10\n" for i in range(cpus))
     stat = parse_stat(f"cpu  {aggregate}\n{per_cpu}intr 7 1 2\nctxt 99\nbtime 1\n")
     assert (stat.steal_ticks, stat.cpus) == (steal, cpus)
+    assert (stat.irq_ticks, stat.softirq_ticks) == (others[5], others[6])
+    assert set(stat.per_cpu.values()) == {CPUTicks(irq=6 + 7, total=sum(range(1, 9)))}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.dictionaries(
+        st.sampled_from(["HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "SCHED", "RCU"]),
+        st.lists(st.integers(0, 2**40), min_size=3, max_size=3),
+        min_size=1,
+    ),
+    width=st.integers(1, 12),
+)
+def test_softirqs_round_trip(counts: dict[str, list[int]], width: int) -> None:
+    header = " " * 20 + "".join(f"CPU{i:<8d}" for i in range(3)) + "\n"
+    rows = "".join(
+        f"{k:>{width}}:" + "".join(f" {v:>10}" for v in vs) + "\n" for k, vs in counts.items()
+    )
+    assert parse_softirqs(header + rows) == {k: sum(vs) for k, vs in counts.items()}
+
+
+cpu_ticks = st.dictionaries(
+    st.integers(0, 255),
+    st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)).map(
+        lambda t: CPUTicks(irq=min(t), total=max(t))
+    ),
+    max_size=16,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=cpu_ticks, after=cpu_ticks)
+def test_busiest_irq_share_is_a_share_of_some_cpu(
+    before: dict[int, CPUTicks], after: dict[int, CPUTicks]
+) -> None:
+    share = busiest_irq_share(before, after)
+    moved = {
+        cpu: (
+            now.irq - before.get(cpu, CPUTicks(0, 0)).irq,
+            now.total - before.get(cpu, CPUTicks(0, 0)).total,
+        )
+        for cpu, now in after.items()
+    }
+    valid = {cpu: min(i / t, 1.0) for cpu, (i, t) in moved.items() if t > 0 and i >= 0}
+    if not valid:
+        assert share is None
+    else:
+        assert share is not None and 0 <= share <= 1
+        assert share == max(valid.values())
+    # From boot (nothing before), a CPU's share is its irq over its total: never above 1.
+    first = busiest_irq_share({}, after)
+    assert first is None or 0 <= first <= 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -298,6 +363,7 @@ def test_resctrl_round_trip(value: int, domain: int) -> None:
     disk=st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)),
     wait_ns=st.integers(0, 2**53),
     steal_ticks=st.integers(0, 2**40),
+    irq_ticks=st.integers(0, 2**40),
     memory_kb=st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)),
 )
 def test_collectors_export_seconds_and_bytes(
@@ -305,6 +371,7 @@ def test_collectors_export_seconds_and_bytes(
     disk: tuple[int, int],
     wait_ns: int,
     steal_ticks: int,
+    irq_ticks: int,
     memory_kb: tuple[int, int],
 ) -> None:
     """Kernel units (us, ms, ns, USER_HZ ticks, kB) reach /metrics as seconds and bytes."""
@@ -315,7 +382,7 @@ def test_collectors_export_seconds_and_bytes(
         "pressure/memory": "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
         "diskstats": f"8 0 sda {completed} 0 0 {ms} 0 0 0 0 0 0 0\n",
         "schedstat": f"version 15\ntimestamp 1\ncpu0 0 0 0 0 0 0 0 {wait_ns} 0\n",
-        "stat": f"cpu 0 0 0 0 0 0 0 {steal_ticks} 0 0\ncpu0 0\n",
+        "stat": f"cpu 0 0 0 0 0 {irq_ticks} 0 {steal_ticks} 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n",
         "meminfo": f"MemTotal: {memory_kb[0]} kB\nMemAvailable: {memory_kb[1]} kB\n",
     }
     with tempfile.TemporaryDirectory() as tmp:
@@ -337,6 +404,7 @@ def test_collectors_export_seconds_and_bytes(
     assert value("mco_block_io_completed_total", device="sda") == completed
     assert close(value("mco_runqueue_wait_seconds_total") * 1e9, wait_ns)
     assert close(value("mco_cpu_steal_seconds_total") * USER_HZ, steal_ticks)
+    assert close(value("mco_cpu_irq_seconds_total", kind="hard") * USER_HZ, irq_ticks)
     assert value("mco_memory_total_bytes") == memory_kb[0] * 1024
     assert value("mco_memory_available_bytes") == memory_kb[1] * 1024
     assert all(v >= 0 for (name, _), v in got.items() if name.endswith("_total"))
@@ -416,7 +484,54 @@ def test_diskstats_versions() -> None:
 def test_stat_needs_steal_column() -> None:
     with pytest.raises(ParseError, match="steal"):
         parse_stat("cpu 1 2 3 4\ncpu0 1 2 3 4\n")
-    assert parse_stat("cpu 1 2 3 4 5 6 7 8 0 0\ncpu0 1\ncpu7 1\n").cpus == 2
+    with pytest.raises(ParseError, match="cpu7 line has no steal"):  # a per-CPU line cut short
+        parse_stat("cpu 1 2 3 4 5 6 7 8 0 0\ncpu0 1 2 3 4 5 6 7 8\ncpu7 1 2\n")
+    with pytest.raises(ParseError, match="duplicate"):
+        parse_stat("cpu 1 2 3 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\n")
+    stat = parse_stat("cpu 1 2 3 4 5 6 7 8 0 0\ncpu0 1 2 3 4 5 6 7 8\ncpu7 0 0 0 9 0 1 2 0 5 5\n")
+    assert stat.cpus == 2
+    # Guest time is already in user and nice: a CPU's total stops at steal.
+    assert stat.per_cpu[7] == CPUTicks(irq=3, total=12)
+
+
+def test_busiest_irq_share_between_reads() -> None:
+    before = {0: CPUTicks(irq=10, total=1000), 1: CPUTicks(irq=500, total=1000)}
+    after = {0: CPUTicks(irq=60, total=1100), 1: CPUTicks(irq=510, total=1100), 2: CPUTicks(1, 4)}
+    # cpu1 has the larger share since boot, cpu0 since the last read: the delta decides.
+    assert busiest_irq_share(before, after) == 0.5
+    assert busiest_irq_share(after, after) is None  # no tick between two reads
+    assert busiest_irq_share(after, before) is None  # counters went back: no share, not < 0
+
+
+SOFTIRQS = """\
+                    CPU0       CPU1       CPU2
+          HI:          1          0          2
+       TIMER:        100        200        300
+      NET_RX:       9000         10          0
+"""
+
+
+def test_softirqs_sums_over_cpus() -> None:
+    assert parse_softirqs(SOFTIRQS) == {"HI": 3, "TIMER": 600, "NET_RX": 9010}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (SOFTIRQS.replace("        300\n", "\n"), "2 counts for 3 CPU columns"),  # short row
+        (SOFTIRQS.replace("CPU2", ""), "3 counts for 2 CPU columns"),  # a CPU went offline
+        (SOFTIRQS.replace("CPU2", "CPU1"), "duplicate CPU column"),
+        (SOFTIRQS + "      NET_RX:  1 2 3\n", "duplicate softirq type"),
+        (SOFTIRQS.splitlines()[0] + "\n", "no softirq rows"),
+        (SOFTIRQS.replace("TIMER:", "TIMER"), "bad softirqs row"),
+        (SOFTIRQS.replace("200", "-200"), "non-negative"),
+        ("\n\n", "empty"),
+        ("HI: 1 2\n", "header"),
+    ],
+)
+def test_softirqs_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        parse_softirqs(text)
 
 
 def test_schedstat_versions() -> None:

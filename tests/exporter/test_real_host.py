@@ -67,6 +67,9 @@ def test_scrape_shows_every_signal_whose_source_exists(exporter: str) -> None:
         "mco_vmstat_pgscan_total",
         "mco_cpu_steal_seconds_total",
         "mco_cpu_online",
+        "mco_cpu_irq_seconds_total",
+        "mco_cpu_irq_busiest_ratio",
+        "mco_softirqs_total",
         "mco_block_io_time_seconds_total",
         "mco_block_io_completed_total",
         "mco_kata_runtime_ready",
@@ -90,7 +93,7 @@ def test_scrape_shows_every_signal_whose_source_exists(exporter: str) -> None:
     assert success["resctrl"] == float(host["resctrl"])
     if Path("/proc/vmstat").read_text().find("pgscan_file") >= 0:
         assert "mco_vmstat_pgscan_by_type_total" in names
-    for collector in ("meminfo", "vmstat", "cpu", "diskstats", "kata"):
+    for collector in ("meminfo", "vmstat", "cpu", "softirqs", "diskstats", "kata"):
         assert success[collector] == 1, collector
     # biolatency off here: no histogram, and diskstats (asserted above) carries the signal.
     # On: the histogram appears with the first block I/O (the stress test below checks it).
