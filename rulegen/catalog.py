@@ -304,6 +304,52 @@ clamp_max(
 max by (node) (rate(mco_runqueue_wait_seconds_total[$w]))
 / on (node) (max by (node) (mco_cpu_online) > 0)""",
     ),
+    Signal(
+        key="irqTimeRatio",
+        series="node:mco_irq_time_ratio:smoothed",
+        label="irq_time_ratio",
+        detection="cpuContention",
+        unit="ratio",
+        help="Share of CPU time spent in hard and soft interrupts, per online CPU.",
+        maximum=1.0,
+        warn=0.1,
+        critical=0.3,
+        comment="""\
+Each kind deduplicated over copies (two jobs scraping one exporter) before the sum.""",
+        expr="""\
+clamp_max(
+    sum by (node) (max by (node, kind) (rate(mco_cpu_irq_seconds_total[$w])))
+  / on (node) (max by (node) (mco_cpu_online) > 0),
+  1
+)""",
+    ),
+    Signal(
+        key="irqMaxCPUShare",
+        series="node:mco_irq_max_cpu_share:smoothed",
+        label="irq_max_cpu_share",
+        detection="cpuContention",
+        unit="ratio",
+        help="The busiest CPU's share of time in hard and soft interrupts, which a node "
+        "average hides.",
+        maximum=1.0,
+        warn=0.25,
+        critical=0.5,
+        comment="""\
+The exporter's gauge is the busiest CPU's share between two scrapes; averaged over the
+window, it is the share of whichever CPU was busiest in each interval.""",
+        expr="clamp_max(max by (node) (avg_over_time(mco_cpu_irq_busiest_ratio[$w])), 1)",
+    ),
+    Context(
+        key="psiIRQFull",
+        title="PSI irq full",
+        series="node:mco_psi_irq_full_ratio:smoothed",
+        unit="ratio",
+        help="Share of wall time a CPU's tasks were stalled by IRQ work (PSI irq full; "
+        "kernels 6.1+ with IRQ time accounting only).",
+        maximum=1.0,
+        scale=0.1,
+        expr=_psi("irq", "full"),
+    ),
 )
 
 DETECTIONS: Final[tuple[Detection, ...]] = (

@@ -136,8 +136,10 @@ def test_thresholds_follow_the_model_not_literals() -> None:
     """Move every threshold: every signal panel's lines move with it."""
     default = DetectionRuleConfig.default()
 
+    # Not 0.5: a signal whose critical is twice its warn would move its critical onto the old
+    # warn; no default pair is 1 : 0.3 apart.
     def scale(t: Threshold) -> Threshold:
-        return Threshold(t.warn * 0.5, t.critical * 0.5)
+        return Threshold(t.warn * 0.3, t.critical * 0.3)
 
     detections = {}
     for key, d in default.detections.items():

@@ -93,6 +93,15 @@ def _histogram(device: str, operation: str, rate: float, spread: Sequence[float]
     return out
 
 
+def _irq(hard: float, soft: float, busiest: float) -> list[Series]:
+    """IRQ CPU-seconds per second by kind, and the busiest CPU's IRQ share (a gauge)."""
+    return [
+        _s("mco_cpu_irq_seconds_total", 20, hard, kind="hard"),
+        _s("mco_cpu_irq_seconds_total", 300, soft, kind="soft"),
+        _s("mco_cpu_irq_busiest_ratio", busiest),
+    ]
+
+
 def _disk(device: str, seconds_per_s: float, completed_per_s: float) -> list[Series]:
     return [
         _s("mco_block_io_time_seconds_total", 50, seconds_per_s, device=device),
@@ -109,7 +118,16 @@ def _memory(available_ratio: float, total: float = 64 * 2**30) -> list[Series]:
 
 def _common(cpus: int) -> list[Series]:
     out = [_s("mco_cpu_online", cpus)]
-    for collector in ("cpu", "diskstats", "meminfo", "pressure", "vmstat", "perf_llc", "resctrl"):
+    for collector in (
+        "cpu",
+        "diskstats",
+        "meminfo",
+        "pressure",
+        "vmstat",
+        "perf_llc",
+        "resctrl",
+        "softirqs",
+    ):
         out.append(_s("mco_exporter_collector_success", 1, collector=collector))
     return out
 
@@ -138,6 +156,7 @@ PROFILES: dict[str, Profile] = {
                 _s("mco_cpu_steal_seconds_total", 10, 0.32),
                 _s("mco_runqueue_wait_seconds_total", 10, 4.0),
             ]
+            + _irq(0.06, 0.58, 0.04)
         ),
     ),
     "idle": Profile(
@@ -154,9 +173,11 @@ PROFILES: dict[str, Profile] = {
                 _s("mco_vmstat_pgscan_by_type_total", 0, 0, type="file"),
                 _s("mco_cpu_steal_seconds_total", 3),
             ]
+            + _irq(0, 0, 0)
         ),
     ),
-    # Interfered: slow second disk, I/O and memory stalls, LLC thrashing, steal.
+    # Interfered: slow second disk, I/O and memory stalls, LLC thrashing, steal, one CPU
+    # drowning in softirqs (NET_RX).
     "busy": Profile(
         "busy",
         tuple(
@@ -172,7 +193,9 @@ PROFILES: dict[str, Profile] = {
                 _s("mco_vmstat_pgscan_by_type_total", 0, 90000, type="file"),
                 _s("mco_cpu_steal_seconds_total", 0, 1.6),
                 _s("mco_runqueue_wait_seconds_total", 0, 6.0),
+                _s("mco_pressure_stalled_seconds_total", 100, 0.08, resource="irq", kind="full"),
             ]
+            + _irq(0.4, 2.4, 0.7)
         ),
     ),
     # No PMU, no eBPF: diskstats of the worst device; hard constraints violated.

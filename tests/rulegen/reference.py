@@ -174,6 +174,7 @@ def signals(obs: Sequence[Obs]) -> dict[str, float]:
         "psiIOFull": ("io", "full"),
         "psiMemorySome": ("memory", "some"),
         "psiMemoryFull": ("memory", "full"),
+        "psiIRQFull": ("irq", "full"),
     }.items():
         if rk in psi:
             out[key] = min(psi[rk], 1.0)
@@ -194,11 +195,17 @@ def signals(obs: Sequence[Obs]) -> dict[str, float]:
     cpus = _one(obs, "mco_cpu_online", "last")
     steal = _one(obs, "mco_cpu_steal_seconds_total", "rate")
     wait = _one(obs, "mco_runqueue_wait_seconds_total", "rate")
+    irq = _dedup_max((o.key("kind"), o.rate) for o in _by(obs, "mco_cpu_irq_seconds_total"))
     if cpus is not None and cpus > 0:
         if steal is not None:
             out["cpuStealRatio"] = min(steal / cpus, 1.0)
         if wait is not None:
             out["runqueueWaitRatio"] = wait / cpus
+        if irq:  # hard plus soft, each kind counted once however many copies were scraped
+            out["irqTimeRatio"] = min(sum(irq.values()) / cpus, 1.0)
+    busiest = _one(obs, "mco_cpu_irq_busiest_ratio", "avg")
+    if busiest is not None:
+        out["irqMaxCPUShare"] = min(busiest, 1.0)
     return out
 
 
