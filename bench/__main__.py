@@ -16,6 +16,7 @@ BENCHMARKS = {
     "extender": "bench.extender",
     "detection": "bench.detection",
     "wide_node": "bench.wide_node",
+    "irq_detection": "bench.irq_detection",
 }
 
 

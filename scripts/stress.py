@@ -1,5 +1,6 @@
-"""Real interference on this machine: stress-ng I/O, and memory pressure inside a
-memory-limited cgroup (v2 where the memory controller is on the unified hierarchy, else v1).
+"""Real interference on this machine: stress-ng I/O and softirq (loopback UDP) load, and memory
+pressure inside a memory-limited cgroup (v2 where the memory controller is on the unified
+hierarchy, else v1).
 
 Shared by `make run STRESS=...`, the end-to-end tests and the detection benchmark, so all three
 produce load the same way. Everything started here is stopped, and the cgroup removed, on exit.
@@ -49,6 +50,21 @@ def io_stress(workdir: Path, *, workers: int = 2, bytes_per_worker: str = "128M"
         ],
         name="stress-io",
         log_path=workdir / "stress-io.log",
+    )
+
+
+def softirq_stress(workdir: Path, *, workers: int = 1) -> Managed:
+    """UDP over loopback (`stress-ng --udp`): every datagram is NET_RX softirq work.
+
+    One worker pair keeps the receive path on one CPU busy, the case a node-wide IRQ average
+    understates (measured in docs/detection-model.md and docs/benchmarks.md).
+    """
+    stress_ng = require_stress_ng()
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Managed(
+        [stress_ng, "--udp", str(workers), "--udp-domain", "ipv4", "--quiet"],
+        name="stress-softirq",
+        log_path=workdir / "stress-softirq.log",
     )
 
 
