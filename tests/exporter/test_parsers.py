@@ -84,7 +84,7 @@ def _stat(text: str, result: Any) -> None:
 
 
 def _softirqs(text: str, result: Any) -> None:
-    columns = len(text.lstrip("\n").splitlines()[0].split())
+    columns = len(next(line for line in text.splitlines() if line.strip()).split())
     assert result and all(type(v) is int and 0 <= v <= MAX_FIELD * columns for v in result.values())
     for name in result:
         assert re.search(rf"^ *{name}:", text, re.MULTILINE), name
