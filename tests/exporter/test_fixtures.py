@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.exporter.conftest import FIXTURES, node_collector, samples_of, scrape, tree_paths
+from tests.exporter.conftest import (
+    FILE_COLLECTORS,
+    FIXTURES,
+    node_collector,
+    samples_of,
+    scrape,
+    tree_paths,
+)
 
 TREES = ["linux-6.18-vm", "linux-6.1-metal", "linux-4.4-no-psi", "malformed"]
 
@@ -29,17 +36,7 @@ def test_every_collector_reports_its_duration() -> None:
         for (name, labels), v in samples_of(text).items()
         if name == "mco_exporter_collector_duration_seconds"
     }
-    assert set(durations) == {
-        "cpu",
-        "diskstats",
-        "kata",
-        "meminfo",
-        "pressure",
-        "resctrl",
-        "schedstat",
-        "softirqs",
-        "vmstat",
-    }
+    assert set(durations) == set(FILE_COLLECTORS)
     assert all(0 <= v < 1 for v in durations.values())
 
 
