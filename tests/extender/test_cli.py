@@ -296,6 +296,17 @@ def test_workers_share_one_port_and_their_metrics(tmp_path, report):
     with proc:
         proc.wait_http(f"{url}/readyz", timeout=60)
         wait_until(lambda: len(_children(proc.pid)) == 2, timeout=30, what="two workers")
+        # Each worker loads the report on its own; /readyz answers for the one it reached.
+        # 20 ready answers in a row over new connections: both workers (2**-20 to miss one).
+        streak = 0
+
+        def both_ready() -> bool:
+            nonlocal streak
+            ok = requests.get(f"{url}/readyz", timeout=10, headers={"Connection": "close"}).ok
+            streak = streak + 1 if ok else 0
+            return streak >= 20
+
+        wait_until(both_ready, timeout=30, interval=0.01, what="both workers ready")
         body = bodies.kube_args(["n1", "n2"])
         for _ in range(40):  # a new connection each time: the kernel spreads them
             answer = requests.post(f"{url}/scheduler/prioritize", data=body, timeout=10,
