@@ -191,10 +191,7 @@ class ListWatch:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                error = classify(exc)
-                if error is None:
-                    raise
-                await self._pause(error)
+                await self._pause(_api_failure(exc))
 
     async def _pause(self, error: ApiError) -> None:
         self._restarted(RESTART_ERROR, error)
@@ -258,10 +255,7 @@ class ListWatch:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = classify(exc)
-            if error is None:
-                raise
-            raise _HandlerFailed(error) from exc
+            raise _HandlerFailed(_api_failure(exc)) from exc
 
     async def _watch_until_resync(self) -> int:
         """One watch request; the number of object events it delivered. Ends when the server
@@ -323,3 +317,11 @@ class ListWatch:
         if meta.resource_version:
             self.resource_version = meta.resource_version
         return delivered
+
+
+def _api_failure(exc: Exception) -> ApiError:
+    """The API failure ``exc`` stands for; anything else is a bug and propagates as it is."""
+    error = classify(exc)
+    if error is None:
+        raise exc
+    return error
