@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "mco"
 SCENARIOS = ("full", "kata-only", "collect-analyze", "existing-volcano")
 MONITORING_API = "monitoring.coreos.com/v1"
+# A few of the entries Helm discovers on any cluster (group/version/Kind).
+CLUSTER_APIS = ["v1/Namespace", "v1/Pod", "apps/v1/Deployment", "apps/v1/DaemonSet"]
 RELEASE = "mco"
 NAMESPACE = "mco-system"
 
@@ -32,8 +34,21 @@ def chart() -> helm.Chart:
     return helm.Chart.load(CHART)
 
 
-def scenario_values(name: str) -> dict[str, Any]:
+# What the documented install commands pass: `--set monitoring.prometheusRelease=...`.
+PROMETHEUS_RELEASE = "kube-prometheus-stack"
+
+
+def scenario_file(name: str) -> dict[str, Any]:
+    """The scenario file alone (``-f charts/mco/scenarios/NAME.yaml``)."""
     values: dict[str, Any] = yaml.safe_load((CHART / "scenarios" / f"{name}.yaml").read_text())
+    return values
+
+
+def scenario_values(name: str) -> dict[str, Any]:
+    """The values of the documented install command: the file plus the release it requires."""
+    values = scenario_file(name)
+    if values.get("monitoring", {}).get("requirePrometheusRelease"):
+        values = merge(values, {"monitoring": {"prometheusRelease": PROMETHEUS_RELEASE}})
     return values
 
 
@@ -51,14 +66,22 @@ def render_files(
     values: dict[str, Any] | None = None,
     *,
     monitoring: bool = True,
+    cluster: bool = False,
     kube_version: str | None = None,
     release: str = RELEASE,
     namespace: str = NAMESPACE,
 ) -> dict[str, str]:
-    """Template path -> rendered text, as ``helm template`` would print it."""
+    """Template path -> rendered text, as ``helm template`` would print it.
+
+    ``cluster`` renders as ``helm install`` does: Helm then knows the cluster's APIs, and its
+    discovered set holds kind-qualified entries (``v1/Namespace``) the offline set never has.
+    """
     options: dict[str, Any] = {"name": release, "namespace": namespace}
-    if monitoring:
-        options["api_versions"] = [MONITORING_API]
+    api_versions = [MONITORING_API] if monitoring else []
+    if cluster:
+        api_versions += CLUSTER_APIS
+    if api_versions:
+        options["api_versions"] = api_versions
     if kube_version:
         options["kube_version"] = kube_version
     files: dict[str, str] = json.loads(

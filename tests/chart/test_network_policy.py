@@ -171,8 +171,9 @@ def test_policies_follow_ports_release_and_rulegen_rendering() -> None:
     for component, (labels, (port,)) in pods.items():
         assert admitted(policies, labels, PROMETHEUS, port), component
     assert {p["metadata"]["name"] for p in policies} == {f"edge-mco-{c}" for c in pods}
-    # Without the Prometheus Operator there is no rulegen controller and no policy for it.
-    bare = render({}, monitoring=False)
+    # Rendered offline, the rulegen controller and its policy are there; turned off, neither.
+    assert "mco-rulegen" in render({}, monitoring=False).names("NetworkPolicy")
+    bare = render({"rulegen": {"enabled": False}}, monitoring=False)
     assert "mco-rulegen" not in bare.names("NetworkPolicy")
     assert "mco-reporter" in bare.names("NetworkPolicy")
 

@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from tests.chart.helm import SCENARIOS, merge, render, render_scenario, scenario_values
+from tests.chart.helm import (
+    PROMETHEUS_RELEASE,
+    SCENARIOS,
+    merge,
+    render,
+    render_scenario,
+    scenario_values,
+)
 
 DASHBOARDS = {
     "ConfigMap/mco-dashboard-cluster-overview",
@@ -92,20 +99,10 @@ def test_kata_only_installs_no_workload_besides_kata_deploy() -> None:
     assert workloads == {"mco-kata-deploy"}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_without_the_prometheus_operator_no_operator_objects(scenario: str) -> None:
-    rendered = render_scenario(scenario, monitoring=False)
-    assert not rendered.kinds() & {"ServiceMonitor", "PrometheusRule"}
-    if scenario != "kata-only":
-        assert "does not serve monitoring.coreos.com/v1" in rendered.notes
-
-
-def test_defaults_equal_full_without_its_example_labels() -> None:
-    """values.yaml alone is the full scenario (the scenario only adds the release label)."""
+def test_defaults_equal_full_without_its_release_requirement() -> None:
+    """values.yaml alone is the full scenario (the scenario only requires the release name)."""
     full = render_scenario("full")
-    default = render(
-        merge({}, {"monitoring": {"additionalLabels": {"release": "kube-prometheus-stack"}}})
-    )
+    default = render({"monitoring": {"prometheusRelease": PROMETHEUS_RELEASE}})
     assert sorted(map(str, full.objects)) == sorted(map(str, default.objects))
 
 
@@ -120,7 +117,7 @@ def test_each_component_can_be_turned_off_alone(component: str) -> None:
     assert all(component in name for name in removed - follows), sorted(removed)
 
 
-MONITORING_NOTE = "monitoring.additionalLabels is empty"
+MONITORING_NOTE = "monitoring.prometheusRelease is empty"
 
 
 def test_kata_only_notes_list_no_monitoring() -> None:
@@ -138,19 +135,26 @@ def test_kata_only_notes_list_no_monitoring() -> None:
 def test_release_label_note_follows_the_operator_objects(
     exporter: bool, rules: bool, noted: bool
 ) -> None:
-    values = merge(
-        scenario_values("collect-analyze"),
-        {"exporter": {"enabled": exporter}, "rules": {"enabled": rules}},
-    )
-    values["monitoring"]["additionalLabels"] = {}  # merge() would keep the scenario's label
+    # values.yaml alone: no release required, so the chart renders and NOTES warns instead.
+    values = {
+        "exporter": {"enabled": exporter},
+        "rules": {"enabled": rules},
+        "rulegen": {"enabled": False},
+        "reporter": {"serviceMonitor": {"enabled": False}},
+        "extender": {"serviceMonitor": {"enabled": False}},
+    }
     rendered = render(values)
     operator_objects = {"ServiceMonitor/mco-exporter", "PrometheusRule/mco-rules"} & {
         f"{o['kind']}/{o['metadata']['name']}" for o in rendered.objects
     }
     assert bool(operator_objects) == noted
     assert (MONITORING_NOTE in rendered.notes) == noted
-    # With the release label set, the note is never needed.
-    assert MONITORING_NOTE not in render_scenario("collect-analyze").notes
+    # With the release label set, the note is never needed: NOTES names the release instead.
+    notes = render_scenario("collect-analyze").notes
+    assert MONITORING_NOTE not in notes
+    assert f'the kube-prometheus-stack release "{PROMETHEUS_RELEASE}" selects them' in notes
+    labelled = render({**values, "monitoring": {"additionalLabels": {"team": "obs"}}})
+    assert MONITORING_NOTE not in labelled.notes
 
 
 @pytest.mark.parametrize("release", ["mco", "volcano-join"])

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from exporter.registry import specs
-from tests.chart.helm import CHART, SCENARIOS, chart, scenario_values
+from tests.chart.helm import CHART, SCENARIOS, chart, render, scenario_values
+from tests.chart.test_validate import operator_crds, operator_errors
 
 # Values whose content is free-form Kubernetes (documented as a whole, not key by key).
 FREE_FORM = {"resources", "nodeSelector", "updateStrategy", "seccompProfile", "affinity"}
@@ -104,3 +105,63 @@ def test_schema_log_settings_are_the_components() -> None:
     log = json.loads((CHART / "values.schema.json").read_text())["properties"]["log"]["properties"]
     assert tuple(log["level"]["enum"]) == LEVELS
     assert tuple(log["format"]["enum"]) == FORMATS
+
+
+# Every value that ends up in a ServiceMonitor's endpoint, by the CRD field it fills.
+OPERATOR_DURATIONS = {
+    ("exporter", "interval"): "interval",
+    ("exporter", "scrapeTimeout"): "scrapeTimeout",
+    ("reporter", "interval"): "interval",
+    ("rulegen", "interval"): "interval",
+    ("extender", "interval"): "interval",
+}
+
+
+def _endpoint_pattern(field: str) -> str:
+    crd = operator_crds()["ServiceMonitor"]
+    (version,) = crd["spec"]["versions"]
+    endpoint = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "endpoints"
+    ]["items"]["properties"][field]
+    pattern: str = endpoint["pattern"]
+    return pattern
+
+
+def _service_monitor_schema(component: str) -> dict[str, Any]:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    node: dict[str, Any] = schema["properties"][component]["properties"]["serviceMonitor"]
+    if "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    return {
+        key: schema["$defs"][value["$ref"].rsplit("/", 1)[1]] if "$ref" in value else value
+        for key, value in node["properties"].items()
+    }
+
+
+@pytest.mark.parametrize(("where", "field"), sorted(OPERATOR_DURATIONS.items()))
+def test_service_monitor_durations_use_the_operators_pattern(
+    where: tuple[str, str], field: str
+) -> None:
+    component, key = where
+    assert _service_monitor_schema(component)[key]["pattern"] == _endpoint_pattern(field)
+
+
+@pytest.mark.parametrize("component", ["exporter", "reporter", "extender"])
+@pytest.mark.parametrize("bad", ["1.5s", "15", "1s1m", "-1s", ""])
+def test_schema_rejects_durations_the_operator_rejects(component: str, bad: str) -> None:
+    with pytest.raises(helm.HelmValuesError, match="interval"):
+        chart().validate_schema({component: {"serviceMonitor": {"interval": bad}}})
+
+
+def test_durations_the_operator_accepts_render_and_validate() -> None:
+    values = {
+        "exporter": {"serviceMonitor": {"interval": "1m30s", "scrapeTimeout": "500ms"}},
+        "reporter": {"serviceMonitor": {"interval": "1d"}},
+        "extender": {"serviceMonitor": {"interval": "0"}},
+    }
+    chart().validate_schema(values)
+    monitors = render(values).of_kind("ServiceMonitor")
+    intervals = {m["metadata"]["name"]: m["spec"]["endpoints"][0]["interval"] for m in monitors}
+    assert intervals["mco-exporter"] == "1m30s" and intervals["mco-reporter"] == "1d"
+    for monitor in monitors:
+        assert operator_errors(monitor) == [], monitor["metadata"]["name"]

@@ -194,7 +194,7 @@ spec:
     - port: metrics
       path: /metrics
       scheme: {{ include "mco.webScheme" $sel }}
-      interval: {{ $c.serviceMonitor.interval }}
+      interval: {{ $c.serviceMonitor.interval | quote }}
       {{- with $c.serviceMonitor.tlsConfig }}
       tlsConfig:
         {{- toYaml . | nindent 8 }}

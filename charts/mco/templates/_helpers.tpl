@@ -51,9 +51,50 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Labels for Prometheus Operator objects: component labels plus monitoring.additionalLabels. */}}
 {{- define "mco.monitoringLabels" -}}
 {{ include "mco.componentLabels" . }}
-{{- with .ctx.Values.monitoring.additionalLabels }}
+{{- with include "mco.prometheusSelectorLabels" .ctx | fromYaml }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* The labels a Prometheus selects MCO's ServiceMonitors and PrometheusRule by:
+monitoring.additionalLabels plus `release: <monitoring.prometheusRelease>`. Also passed to the
+rulegen controller, so the PrometheusRule it re-applies keeps them. */}}
+{{- define "mco.prometheusSelectorLabels" -}}
+{{- $m := .Values.monitoring -}}
+{{- $labels := deepCopy ($m.additionalLabels | default dict) -}}
+{{- if and $m.requirePrometheusRelease (not $m.prometheusRelease) -}}
+{{- fail "monitoring.prometheusRelease is empty: this scenario installs ServiceMonitors and a PrometheusRule for kube-prometheus-stack, which selects them by its release label. Add --set monitoring.prometheusRelease=<the kube-prometheus-stack release name> (helm list -A shows it), or monitoring.requirePrometheusRelease=false when your Prometheus selects them otherwise (monitoring.additionalLabels)" -}}
+{{- end -}}
+{{- with $m.prometheusRelease -}}
+{{- $other := get $labels "release" -}}
+{{- if and $other (ne (toString $other) .) -}}
+{{- fail (printf "monitoring.prometheusRelease=%s and monitoring.additionalLabels.release=%s disagree: set only monitoring.prometheusRelease" . (toString $other)) -}}
+{{- end -}}
+{{- $_ := set $labels "release" . -}}
+{{- end -}}
+{{- if $labels }}{{ toYaml $labels }}{{ end -}}
+{{- end -}}
+
+{{/* The enabled Prometheus Operator objects, each with the value that turns it off. */}}
+{{- define "mco.monitoringObjects" -}}
+{{- $v := .Values -}}
+{{- $out := list -}}
+{{- if and $v.exporter.enabled $v.exporter.serviceMonitor.enabled -}}
+{{- $out = append $out "ServiceMonitor (exporter.serviceMonitor.enabled)" -}}
+{{- end -}}
+{{- range $c := list "reporter" "rulegen" "extender" -}}
+{{- $x := index $v $c -}}
+{{- if and $x.enabled $x.serviceMonitor.enabled -}}
+{{- $out = append $out (printf "ServiceMonitor (%s.serviceMonitor.enabled)" $c) -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.rules.enabled -}}
+{{- $out = append $out "PrometheusRule (rules.enabled)" -}}
+{{- end -}}
+{{- if $v.rulegen.enabled -}}
+{{- $out = append $out "rulegen controller (rulegen.enabled)" -}}
+{{- end -}}
+{{- join ", " $out -}}
 {{- end -}}
 
 {{/* The ServiceAccount name of a component: (dict "ctx" $ "component" "reporter"). */}}
@@ -76,9 +117,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* True when the Prometheus Operator's API is served. */}}
+{{/* Gate of every Prometheus Operator object: "true", or a failed render. An enabled object is
+never dropped. Helm knows the cluster's APIs only when it talks to one (helm install/upgrade,
+Flux, `helm template --validate`): its discovered set then holds kind-qualified entries such as
+v1/Namespace, which the offline default set never does. Offline (`helm template`, ArgoCD without
+--api-versions) the objects are rendered; against a cluster that does not serve
+monitoring.coreos.com/v1 the render fails, naming the values that turn each object off. */}}
 {{- define "mco.hasMonitoringAPI" -}}
-{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
+{{- $caps := .Capabilities.APIVersions -}}
+{{- if and (not ($caps.Has "monitoring.coreos.com/v1")) ($caps.Has "v1/Namespace") -}}
+{{- with include "mco.monitoringObjects" . -}}
+{{- fail (printf "the cluster does not serve monitoring.coreos.com/v1 (the Prometheus Operator's API: ServiceMonitor, PrometheusRule), which these need: %s. Install the Prometheus Operator (kube-prometheus-stack) first, or set those values to false and scrape the exporter and load the rules (mco-rulegen render --format rules) in your Prometheus yourself" .) -}}
+{{- end -}}
+{{- end -}}
+true
 {{- end -}}
 
 {{/* Log flags shared by all components. */}}
