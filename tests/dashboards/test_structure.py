@@ -67,6 +67,19 @@ def test_grafana_structure(name: str) -> None:
             assert t["expr"].strip()
 
 
+@pytest.mark.parametrize("name", sorted(dashboards()))
+def test_the_dashboards_link_renders_above_the_panels_in_every_grafana(name: str) -> None:
+    """Grafana 12 draws a `dashboards` link placed `inControlsMenu` nowhere (grafana#115084)
+    and Grafana 11 has no controls menu: the link carries no `placement`, which every version
+    from 11 to 13 draws above the panels, as a dropdown of the dashboards tagged `mco`."""
+    (link,) = dashboards()[name]["links"]
+    assert "placement" not in link
+    assert link["type"] == "dashboards" and link["asDropdown"] is True
+    assert link["title"] == "MCO dashboards"
+    assert all(link["tags"][0] in board["tags"] for board in dashboards().values())
+    assert link["includeVars"] and link["keepTime"]
+
+
 def test_every_recorded_series_name_comes_from_series_py() -> None:
     used = set()
     for target in targets():
