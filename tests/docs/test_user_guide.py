@@ -2,7 +2,9 @@
 
 `sh test` blocks run against a live local stack, and the `promql test` block is evaluated by its
 Prometheus. The guide spells MCO's default local ports and paths; the test runs the stack on free
-ports and a temporary directory and rewrites those in the commands, nothing else.
+ports and a temporary directory and rewrites those in the commands, nothing else. Each block runs
+as a new user's fresh shell would: a clean environment (the system's default PATH, no virtualenv),
+in the repository root, then the guide's one `sh setup` block, then the block in a work directory.
 
 Plain `sh` blocks are what a test here cannot run inline (`make run` is interactive and long):
 each of their lines must be named in COVERED, with the end-to-end test that runs it, and that
@@ -19,7 +21,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,10 @@ from tests.chart.test_scenarios import EXPECTED
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "user-guide.md"
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.S | re.M)
-KINDS = {"sh test", "promql test", "sh", "sh cluster"}
+KINDS = {"sh test", "promql test", "sh", "sh cluster", "sh setup"}
+# A fresh login shell on Debian (/etc/profile): no virtualenv, nothing the test process has.
+FRESH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+COMMANDS = ("mco-exporter", "mco-rulegen", "mco-reporter", "mco-extender")
 
 # Each line of a plain `sh` block -> (the test that runs it, text that test must contain).
 COVERED: dict[str, tuple[str, str]] = {
@@ -64,6 +68,46 @@ def blocks() -> list[str]:
     found = fenced("sh test")
     assert len(found) >= 7, "the guide lost its runnable examples"
     return found
+
+
+def fresh_env() -> dict[str, str]:
+    env = {"PATH": FRESH_PATH, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    if "TMPDIR" in os.environ:
+        env["TMPDIR"] = os.environ["TMPDIR"]
+    return env
+
+
+def in_fresh_shell(block: str, work: Path) -> str:
+    """The script a new user runs: the guide's setup in the repository root, then ``block``."""
+    (setup,) = fenced("sh setup")
+    return f"cd {shlex.quote(str(ROOT))}\n{setup}\ncd {shlex.quote(str(work))}\n{block}"
+
+
+def test_the_setup_puts_every_command_the_guide_runs_on_path(tmp_path: Path) -> None:
+    used = {word for block in blocks() for word in COMMANDS if word in block}
+    assert used >= {"mco-extender", "mco-rulegen", "mco-reporter"}
+    lookup = "command -v " + " ".join(COMMANDS)
+
+    def run(script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env=fresh_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    bare = run(lookup)
+    assert bare.returncode != 0 and not bare.stdout.strip(), "the clean shell is not clean"
+    found = run(in_fresh_shell(lookup, tmp_path))
+    assert found.returncode == 0, found.stderr
+    paths = [Path(line) for line in found.stdout.split()]
+    assert [p.name for p in paths] == list(COMMANDS)
+    assert all(p.parent == ROOT / ".venv" / "bin" for p in paths), paths
+    for command in COMMANDS:
+        assert run(in_fresh_shell(f"{command} --help", tmp_path)).returncode == 0, command
 
 
 def commands(block: str) -> list[str]:
@@ -158,7 +202,7 @@ def test_guide_blocks_run_against_the_local_stack(tmp_path: Path) -> None:
             "127.0.0.1:19090": f"127.0.0.1:{stack.ports.prometheus}",
             ".cache/local-stack/": f"{stack.workdir}/",
         }
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        env = fresh_env()
         work = tmp_path / "work"
         work.mkdir()
         outputs: list[str] = []
@@ -167,7 +211,7 @@ def test_guide_blocks_run_against_the_local_stack(tmp_path: Path) -> None:
             for default, actual in substitutions.items():
                 script = script.replace(default, actual)
             result = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", script],
+                ["bash", "-euo", "pipefail", "-c", in_fresh_shell(script, work)],
                 cwd=work,
                 env=env,
                 capture_output=True,
