@@ -185,3 +185,8 @@ def test_the_workflow_builds_the_image_the_script_loads_and_runs_the_script() ->
     minutes = job["timeout-minutes"]
     timeouts = re.findall(r"eventually (\d+) ", TEXT)
     assert sum(map(int, timeouts)) < minutes * 60
+
+
+def test_the_scripts_values_pass_helm_lint_strict_with_no_finding() -> None:
+    report = helm.lint(ROOT / "charts" / "mco", install_values(), strict=True)
+    assert report["errors"] == [] and report["messages"] == [], report

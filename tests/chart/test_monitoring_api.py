@@ -102,6 +102,17 @@ def test_scenarios_require_the_prometheus_release(scenario: str) -> None:
     assert "--set monitoring.prometheusRelease=" in text
 
 
+@pytest.mark.parametrize("doc", ["docs/helm.md", "docs/user-guide.md", "charts/mco/README.md"])
+def test_documented_install_commands_give_the_release(doc: str) -> None:
+    text = (CHART.parents[1] / doc).read_text().replace("\\\n", " ")
+    commands = [c for c in re.findall(r"helm install [^\n]+", text) if "scenarios/" in c]
+    assert commands, doc
+    for command in commands:
+        (scenario,) = re.findall(r"scenarios/([a-z-]+)\.yaml", command)
+        if scenario in WITH_MONITORING:
+            assert "--set monitoring.prometheusRelease=" in command, command
+
+
 def test_kata_only_needs_no_prometheus_release() -> None:
     assert render(scenario_file("kata-only")).objects
 
