@@ -18,7 +18,7 @@ all: test
 help:
 	@echo "make run        run MCO's local stack on this host (STRESS=io|memory adds real load)"
 	@echo "make test       set up and run the whole test suite (ruff, mypy, pytest)"
-	@echo "make lint       ruff and mypy only"
+	@echo "make lint       ruff, mypy and shellcheck only"
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make reliability  replay issue 19's attacks at full scale (QUICK=1: smaller)"
 	@echo "make generate   regenerate checked-in rules, CRDs and dashboards"
@@ -44,6 +44,8 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@if command -v shellcheck >/dev/null; then shellcheck --severity=info scripts/*.sh; \
+	  else echo "shellcheck is not installed (make system installs it): scripts/*.sh not linted"; fi
 
 typecheck: venv
 	$(BIN)/mypy

@@ -83,6 +83,7 @@ def in_fresh_shell(block: str, work: Path) -> str:
     return f"cd {shlex.quote(str(ROOT))}\n{setup}\ncd {shlex.quote(str(work))}\n{block}"
 
 
+@pytest.mark.slow
 def test_the_setup_puts_every_command_the_guide_runs_on_path(tmp_path: Path) -> None:
     used = {word for block in blocks() for word in COMMANDS if word in block}
     assert used >= {"mco-extender", "mco-rulegen", "mco-reporter"}
