@@ -7,17 +7,21 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
+import requests
 import yaml
 
 from exporter.cli import build_parser as exporter_parser
 from exporter.registry import specs
+from scripts.procs import Managed, free_port
 from tests.chart.helm import ROOT, Rendered, crds, merge, render
+from tests.exporter.conftest import samples_of
 
 SCRIPT = ROOT / "scripts" / "kind-e2e.sh"
 WORKFLOW = ROOT / ".github" / "workflows" / "kind-e2e.yaml"
@@ -190,3 +194,69 @@ def test_the_workflow_builds_the_image_the_script_loads_and_runs_the_script() ->
 def test_the_scripts_values_pass_helm_lint_strict_with_no_finding() -> None:
     report = helm.lint(ROOT / "charts" / "mco", install_values(), strict=True)
     assert report["errors"] == [] and report["messages"] == [], report
+
+
+@pytest.mark.slow
+def test_the_per_node_procfs_view_feeds_the_real_exporter(tmp_path: Path) -> None:
+    """The script's own node-side snippet, run here with its paths mapped to this machine: the
+    real exporter reads PSI from the linked cgroup files and every other signal from /proc."""
+    snippet = re.search(r"docker exec \"\$node\" sh -euc '\n(.*?)\n  '\n", TEXT, re.S)
+    assert snippet
+    cgroup = tmp_path / "cgroup"  # stands in for the node container's cgroup
+    cgroup.mkdir()
+    totals = {"cpu": 1_000_000, "io": 2_500_000, "memory": 500_000}
+    for resource, total in totals.items():
+        (cgroup / f"{resource}.pressure").write_text(
+            f"some avg10=1.00 avg60=1.00 avg300=1.00 total={total}\n"
+            f"full avg10=0.00 avg60=0.00 avg300=0.00 total={total // 2}\n"
+        )
+    view = tmp_path / "view"
+    script = (
+        snippet[1]
+        .replace("/opt/mco-kind/proc", str(view))
+        .replace("/host/proc/", "/proc/")
+        .replace("/host/sys/fs/cgroup/", f"{cgroup}/")
+        .replace("/sys/fs/cgroup/", f"{cgroup}/")
+    )
+    subprocess.run(["sh", "-euc", script], check=True, timeout=60)
+    assert (view / "pressure" / "io").resolve() == cgroup / "io.pressure"
+    port = free_port()
+    exporter = Managed(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--path.procfs={view}",
+        ],
+        name="mco-exporter",
+        log_path=tmp_path / "exporter.log",
+    )
+    exporter.start()
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        exporter.wait_http(url, timeout=30)
+        samples = samples_of(requests.get(url, timeout=10).text)
+    finally:
+        exporter.stop()
+    assert samples[("mco_pressure_available", frozenset())] == 1
+    for resource, total in totals.items():
+        key = frozenset({("resource", resource), ("kind", "some")})
+        assert samples[("mco_pressure_stalled_seconds_total", key)] == total / 1e6
+    mem_total = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    assert samples[("mco_memory_total_bytes", frozenset())] == mem_total
+    success = {
+        dict(labels)["collector"]: value
+        for (name, labels), value in samples.items()
+        if name == "mco_exporter_collector_success"
+    }
+    sources = {"meminfo": "meminfo", "vmstat": "vmstat", "cpu": "stat", "schedstat": "schedstat"}
+    sources["softirqs"] = "softirqs"
+    read = [c for c, source in sources.items() if Path("/proc", source).exists()]
+    assert len(read) >= 3
+    for collector in ["pressure", *read]:
+        assert success[collector] == 1, collector
