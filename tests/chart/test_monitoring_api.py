@@ -1,6 +1,6 @@
 """Prometheus Operator objects never vanish silently, and carry the kube-prometheus-stack release.
 
-Offline (``helm template``, ArgoCD) Helm cannot know what the cluster serves: every enabled
+Offline (``helm template``) Helm cannot know what the cluster serves: every enabled
 ServiceMonitor, PrometheusRule and the rulegen controller are rendered. Against a cluster
 (``cluster=True``: Helm's discovered API set) that does not serve monitoring.coreos.com/v1, the
 render fails and names each value that turns an object off.

@@ -119,9 +119,9 @@ rulegen controller, so the PrometheusRule it re-applies keeps them. */}}
 
 {{/* Gate of every Prometheus Operator object: "true", or a failed render. An enabled object is
 never dropped. Helm knows the cluster's APIs only when it talks to one (helm install/upgrade,
-Flux, `helm template --validate`): its discovered set then holds kind-qualified entries such as
-v1/Namespace, which the offline default set never does. Offline (`helm template`, ArgoCD without
---api-versions) the objects are rendered; against a cluster that does not serve
+Flux, `helm template --validate`, Argo CD's --api-versions): that set holds kind-qualified
+entries such as v1/Namespace, which the offline default set never does. Offline (`helm
+template`) the objects are rendered; against a cluster that does not serve
 monitoring.coreos.com/v1 the render fails, naming the values that turn each object off. */}}
 {{- define "mco.hasMonitoringAPI" -}}
 {{- $caps := .Capabilities.APIVersions -}}
