@@ -328,8 +328,9 @@ steer_nodes() {
 }
 all_placed() { [ "$(steer_nodes | grep -c .)" = 4 ]; }
 eventually 180 all_placed || fail "the steering job's pods were not all placed"
-steer_nodes | sort | uniq -c
-if steer_nodes | grep -qx "$busy"; then fail "a pod landed on $busy, the node under load"; fi
+placed=$(steer_nodes)
+sort <<<"$placed" | uniq -c
+if grep -qx "$busy" <<<"$placed"; then fail "a pod landed on $busy, the node under load"; fi
 kubectl delete pod mco-e2e-stress --wait=false
 
 log "Kata: a kata-qemu pod stays Pending where no node runs Kata"
