@@ -125,12 +125,37 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
             }
             for c in catalog.constraints
         ],
+        "thresholds": _thresholds(config, catalog),
         "alerts": config.alerts,
         "runbook": config.alerts.runbook_url,
         "interfered_for": format_duration(config.alerts.node_interfered_for),
         "stale_after": config.report.stale_after,
         "m": selfmetrics,
     }
+
+
+def _thresholds(config: DetectionRuleConfig, catalog: Catalog) -> list[dict[str, Any]]:
+    """The ``series.THRESHOLD`` rules: (labels, value) of every threshold in force."""
+    rows: list[dict[str, Any]] = []
+    for spec in catalog.signals:
+        t = config.threshold(spec.key)
+        rows.append({"labels": {"signal": spec.label, "bound": "warn"}, "value": t.warn})
+        rows.append({"labels": {"signal": spec.label, "bound": "critical"}, "value": t.critical})
+    for c in catalog.constraints:
+        rows.append(
+            {
+                "labels": {"constraint": c.label, "bound": "limit"},
+                "value": config.hard_constraints[c.key],
+            }
+        )
+    settings = {
+        "nodeInterferedLevel": config.alerts.node_interfered_level,
+        "evaluationInterval": config.evaluation_interval,
+        "staleAfter": config.report.stale_after,
+    }
+    for key in series.THRESHOLD_SETTINGS:
+        rows.append({"labels": {"setting": key, "bound": "limit"}, "value": float(settings[key])})
+    return rows
 
 
 def _groups(

@@ -41,6 +41,14 @@ NODE_SET: Final = "node:mco_node:info"
 # Constant 1 with labels ``generation`` and ``hash``: which DetectionRuleConfig the rules encode,
 # so readers know what Prometheus is actually evaluating.
 RULE_CONFIG_INFO: Final = "mco:rule_config:info"
+# The thresholds in force, one constant series each, so dashboards and queries read the values
+# the rules use instead of the defaults they were generated with. Labels: ``bound`` and one of
+# ``signal`` (a SIGNAL_LABELS value; bound warn|critical), ``constraint`` (a HARD_CONSTRAINTS
+# value; bound limit) or ``setting`` (a THRESHOLD_SETTINGS key; bound limit).
+THRESHOLD: Final = "mco:threshold"
+# The DetectionRuleConfig settings recorded under THRESHOLD{setting=...}: the alert level of
+# MCONodeInterfered, and the two durations (seconds) the pipeline dashboard draws.
+THRESHOLD_SETTINGS: Final = ("nodeInterferedLevel", "evaluationInterval", "staleAfter")
 
 # Raw exporter series readers need next to the recorded ones.
 KATA_READY: Final = "mco_kata_runtime_ready"

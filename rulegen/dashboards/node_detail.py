@@ -1,7 +1,7 @@
 """Node detail: every smoothed signal of one node against its warn and critical thresholds.
 
-The threshold lines are the default DetectionRuleConfig's, so the picture matches the rules the
-chart installs; after tuning the CR, regenerate (``make generate``) to move the lines too.
+The threshold lines read the thresholds in force (``mco:threshold``, recorded by the same rules),
+so they move when the DetectionRuleConfig changes; the generated defaults only shape the panels.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from rulegen.dashboards.panels import (
     Step,
     new_dashboard,
     render,
+    setting_step,
+    setting_threshold,
     stat_panel,
     timeseries,
     warn_critical_steps,
@@ -35,21 +37,22 @@ def _signal_panel(spec: Signal, config: DetectionRuleConfig, catalog: Catalog) -
     t = config.threshold(spec.key)
     detection = catalog.detection(spec.detection).label
     weight = config.weight(spec.detection)
-    steps = warn_critical_steps(t.warn, t.critical, lower_is_worse=spec.lower_is_worse)
-    limits = []
-    for c in catalog.constraints_on(spec.key):
-        limits.append(limit := config.hard_constraints[c.key])
-        steps = with_hard_limit(steps, limit, lower_is_worse=c.lower_is_worse)
+    steps = warn_critical_steps(spec.label, t.warn, t.critical, lower_is_worse=spec.lower_is_worse)
+    constraints = catalog.constraints_on(spec.key)
+    for c in constraints:
+        limit = config.hard_constraints[c.key]
+        steps = with_hard_limit(steps, c.label, limit, lower_is_worse=c.lower_is_worse)
     where = " Counts only where the node has no PSI (the fallback)." if spec.fallback else ""
-    hard = "".join(f" Dark red: the hard limit {limit:g}." for limit in limits)
+    hard = "".join(f" Dark red: the hard limit ({c.label})." for c in constraints)
     return timeseries(
         f"{detection} · {spec.label}",
         [
             Query(f"{spec.series}{{{ONE_NODE}}}", spec.label),
         ],
         unit=UNITS[spec.unit],
-        description=f"{spec.help} Detection {detection} (weight {weight:g}): warn "
-        f"{t.warn:g}, critical {t.critical:g}.{where}{hard}",
+        description=f"{spec.help} Detection {detection} (default weight {weight:g}). Lines: "
+        f"warn (orange) and critical (red) in force (defaults {t.warn:g}, {t.critical:g})."
+        f"{where}{hard}",
         steps=steps,
         minimum=0,
         maximum=spec.maximum if spec.maximum is not None and spec.maximum < 1 else None,
@@ -64,8 +67,11 @@ def _context_panel(row: Context, config: DetectionRuleConfig, catalog: Catalog) 
     hard = ""
     for c in constraints:
         limit = config.hard_constraints[c.key]
-        steps = with_hard_limit(steps, limit, lower_is_worse=c.lower_is_worse)
-        hard += f" {c.relation.capitalize()} {limit:g} the node is blocked ({c.label})."
+        steps = with_hard_limit(steps, c.label, limit, lower_is_worse=c.lower_is_worse)
+        hard += (
+            f" {c.relation.capitalize()} the limit in force (default {limit:g}) the node is "
+            f"blocked ({c.label})."
+        )
     return timeseries(
         row.title + (" (hard constraint)" if constraints else ""),
         [Query(f"{row.series}{{{ONE_NODE}}}", row.title)],
@@ -93,12 +99,19 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
             "Interference level",
             Query(f"{series.INTERFERENCE_LEVEL}{{{ONE_NODE}}}"),
             unit="percentunit",
-            steps=[Step(None, "green"), Step(interfered, "red")],
+            steps=[Step(None, "green"), setting_step("nodeInterferedLevel", interfered, "red")],
         ),
         stat_panel(
             "Schedule score",
             Query(f"{series.SCHEDULE_SCORE}{{{ONE_NODE}}}"),
-            steps=[Step(None, "red"), Step(100 * (1 - interfered), "green")],
+            steps=[
+                Step(None, "red"),
+                Step(
+                    100 * (1 - interfered),
+                    "green",
+                    f"100 * (1 - {setting_threshold('nodeInterferedLevel')})",
+                ),
+            ],
         ),
         stat_panel(
             "Blocked (hard constraint)",
@@ -136,7 +149,7 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
             unit="percentunit",
             description="Each detection's index is the max of its signals' indices, "
             "clamp((value − warn) / (critical − warn), 0, 1); the level weighs them.",
-            steps=[Step(None, "green"), Step(interfered, "red")],
+            steps=[Step(None, "green"), setting_step("nodeInterferedLevel", interfered, "red")],
             minimum=0,
             maximum=1,
         ),

@@ -13,6 +13,8 @@ from rulegen.dashboards.panels import (
     bar_gauge,
     new_dashboard,
     render,
+    setting_step,
+    setting_threshold,
     stat_panel,
     table_panel,
     timeseries,
@@ -24,13 +26,12 @@ UID: Final = "mco-cluster-overview"
 
 def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
-    level_steps = [Step(None, "green"), Step(interfered, "red")]
+    level_steps = [Step(None, "green"), setting_step("nodeInterferedLevel", interfered, "red")]
+    alert_level = f"scalar({setting_threshold('nodeInterferedLevel')})"
     level = f"{series.INTERFERENCE_LEVEL}{{{NODE_MATCH}}}"
     hard = f"{series.HARD_CONSTRAINT_VIOLATED}{{{NODE_MATCH}}}"
     fallback = f"{series.MEMORY_PRESSURE_FALLBACK}{{{NODE_MATCH}}}"
-    limits = ", ".join(
-        f"{c.title} {c.relation} {config.hard_constraints[c.key]:g}" for c in catalog.constraints
-    )
+    limits = ", ".join(f"{c.title} {c.relation} its limit" for c in catalog.constraints)
     board = new_dashboard(
         UID,
         "MCO / Cluster overview",
@@ -42,9 +43,9 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
         stat_panel("Nodes reporting", Query(f"count({series.NODE_INFO}{{{NODE_MATCH}}})")),
         stat_panel(
             "Interfered nodes",
-            Query(f"count({level} >= {interfered}) or vector(0)"),
-            description=f"Nodes whose interference level is at least {interfered:g} "
-            "(the MCONodeInterfered alert level).",
+            Query(f"count({level} >= {alert_level}) or vector(0)"),
+            description="Nodes whose interference level is at least the MCONodeInterfered "
+            f"alert level in force (default {interfered:g}).",
             steps=[Step(None, "green"), Step(1, "orange")],
         ),
         stat_panel(
@@ -72,7 +73,7 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
             [Query(level, "{{node}}")],
             unit="percentunit",
             description="Σ weight·index / Σ weight over the detections with data on the node; "
-            f"the line is the alert level {interfered:g}.",
+            f"the line is the alert level in force (default {interfered:g}).",
             steps=level_steps,
             minimum=0,
             maximum=1,

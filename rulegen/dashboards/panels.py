@@ -97,35 +97,116 @@ def _targets(queries: Sequence[Query]) -> list[cogbuilder.Builder[variants.Dataq
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """A threshold step: ``color`` from ``value`` upwards (None: the base colour)."""
+    """A threshold step: ``color`` from ``value`` upwards (None: the base colour).
+
+    With ``live`` (a PromQL selector of one ``mco:threshold`` series) the value is read from
+    Prometheus when the panel loads, so the line follows the DetectionRuleConfig in force
+    instead of the one the dashboard was generated from; ``value`` is then only the default.
+    """
 
     value: float | None
     color: str
+    live: str | None = None
+
+
+def live_step(selector: str, default: float, color: str) -> Step:
+    """A step whose value is the recorded threshold ``selector`` (see ``series.THRESHOLD``)."""
+    return Step(default, color, f"{series.THRESHOLD}{{{selector}}}")
 
 
 def thresholds(steps: Sequence[Step]) -> dashboard.ThresholdsConfig:
+    """The static steps; live ones are added by ``_live_thresholds`` from the data."""
     return (
         dashboard.ThresholdsConfig()
         .mode(dashboard_models.ThresholdsMode.ABSOLUTE)
-        .steps([dashboard_models.Threshold(value=s.value, color=s.color) for s in steps])
+        .steps(
+            [
+                dashboard_models.Threshold(value=s.value, color=s.color)
+                for s in steps
+                if s.live is None
+            ]
+        )
     )
 
 
-def warn_critical_steps(warn: float, critical: float, *, lower_is_worse: bool) -> list[Step]:
-    """Green below warn, orange from warn, red from critical (mirrored for lower-is-worse)."""
+def _live_thresholds(
+    queries: Sequence[Query], steps: Sequence[Step]
+) -> tuple[list[Query], list[dashboard_models.DataTransformerConfig]]:
+    """The panel's queries plus one instant query per live step, and the "Config from query
+    results" transformations that turn each into a threshold step (Grafana 10.4 and later).
+
+    Each live step gets its own query and transformation: Grafana reads one config frame per
+    transformation. The query is an instant table, whose number column is always ``Value``.
+    """
+    extra: list[Query] = []
+    transformations: list[dashboard_models.DataTransformerConfig] = []
+    for step in steps:
+        if step.live is None:
+            continue
+        ref = chr(ord("A") + len(queries) + len(extra))
+        extra.append(Query(step.live, instant=True))
+        transformations.append(
+            dashboard_models.DataTransformerConfig(
+                id_val="configFromData",
+                options={
+                    "configRefId": ref,
+                    "mappings": [
+                        {
+                            "fieldName": "Value",
+                            "handlerKey": "threshold1",
+                            "handlerArguments": {"threshold": {"color": step.color}},
+                            "reducerId": "lastNotNull",
+                        }
+                    ],
+                },
+            )
+        )
+    return [*queries, *extra], transformations
+
+
+def warn_critical_steps(
+    signal: str, warn: float, critical: float, *, lower_is_worse: bool
+) -> list[Step]:
+    """Green below warn, orange from warn, red from critical (mirrored for lower-is-worse);
+    the warn and critical lines read the thresholds in force for ``signal`` (its label)."""
+    live_warn = live_step(
+        f'signal="{signal}", bound="warn"', warn, "green" if lower_is_worse else "orange"
+    )
     if lower_is_worse:
-        return [Step(None, "red"), Step(critical, "orange"), Step(warn, "green")]
-    return [Step(None, "green"), Step(warn, "orange"), Step(critical, "red")]
+        return [
+            Step(None, "red"),
+            live_step(f'signal="{signal}", bound="critical"', critical, "orange"),
+            live_warn,
+        ]
+    return [
+        Step(None, "green"),
+        live_warn,
+        live_step(f'signal="{signal}", bound="critical"', critical, "red"),
+    ]
 
 
-def with_hard_limit(steps: Sequence[Step], limit: float, *, lower_is_worse: bool) -> list[Step]:
-    """``steps`` (ascending) with a hard limit in dark red: from the limit upwards, or, for a
-    limit that is violated below it, everything under the limit."""
+def setting_threshold(setting: str) -> str:
+    """The recorded value in force of a DetectionRuleConfig setting (``THRESHOLD_SETTINGS``)."""
+    return f'{series.THRESHOLD}{{setting="{setting}", bound="limit"}}'
+
+
+def setting_step(setting: str, default: float, color: str) -> Step:
+    """A line at a DetectionRuleConfig setting in force."""
+    return Step(default, color, setting_threshold(setting))
+
+
+def with_hard_limit(
+    steps: Sequence[Step], constraint: str, limit: float, *, lower_is_worse: bool
+) -> list[Step]:
+    """``steps`` (ascending) with the hard limit of ``constraint`` (its label) in force in dark
+    red: from the limit upwards, or, for a limit that is violated below it, everything under
+    it. The colour just above a lower limit is taken at the default ``limit``."""
+    line = f'constraint="{constraint}", bound="limit"'
     if not lower_is_worse:
-        return [*steps, Step(limit, "dark-red")]
+        return [*steps, live_step(line, limit, "dark-red")]
     above = [s for s in steps if s.value is not None and s.value > limit]
     at_limit = [s.color for s in steps if s.value is None or s.value <= limit][-1]
-    return [Step(None, "dark-red"), Step(limit, at_limit), *above]
+    return [Step(None, "dark-red"), live_step(line, limit, at_limit), *above]
 
 
 def timeseries(
@@ -163,8 +244,9 @@ def timeseries(
             .mode(common.TooltipDisplayMode.MULTI)
             .sort(common.SortOrder.DESCENDING)
         )
-        .targets(_targets(queries))
     )
+    queries, transformations = _live_thresholds(queries, steps)
+    panel = panel.targets(_targets(queries)).transformations(transformations)
     if minimum is not None:
         panel = panel.min(minimum)
     if maximum is not None:
@@ -202,8 +284,9 @@ def stat_panel(
         .graph_mode(common.BigValueGraphMode.NONE)
         .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
         .thresholds(thresholds(steps))
-        .targets(_targets([query]))
     )
+    queries, transformations = _live_thresholds([query], steps)
+    panel = panel.targets(_targets(queries)).transformations(transformations)
     if mappings:
         panel = panel.mappings(_value_mappings(mappings))
     return panel
@@ -234,7 +317,7 @@ def bar_gauge(
     width: int = 12,
     height: int = 8,
 ) -> bargauge.Panel:
-    return (
+    panel = (
         bargauge.Panel()
         .title(title)
         .description(description)
@@ -248,8 +331,9 @@ def bar_gauge(
         .display_mode(common.BarGaugeDisplayMode.GRADIENT)
         .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]))
         .thresholds(thresholds(steps))
-        .targets(_targets([query]))
     )
+    queries, transformations = _live_thresholds([query], steps)
+    return panel.targets(_targets(queries)).transformations(transformations)
 
 
 def table_panel(

@@ -43,6 +43,7 @@ from rulegen.dashboards.panels import (
     Step,
     new_dashboard,
     render,
+    setting_step,
     stat_panel,
     table_panel,
     timeseries,
@@ -66,8 +67,8 @@ def build(config: DetectionRuleConfig) -> str:
     exporter = config.alerts.exporter_selector
     interval = config.evaluation_interval
     stale_after = config.report.stale_after
-    interval_line = [Step(None, "green"), Step(interval, "red")]
-    stale_line = [Step(None, "green"), Step(stale_after, "red")]
+    interval_line = [Step(None, "green"), setting_step("evaluationInterval", interval, "red")]
+    stale_line = [Step(None, "green"), setting_step("staleAfter", stale_after, "red")]
     groups = rule_group_matcher()
     board = new_dashboard(
         UID,
@@ -93,7 +94,8 @@ def build(config: DetectionRuleConfig) -> str:
             Query(f"time() - max({REPORTER_LAST_SYNC})"),
             unit="s",
             description="Seconds since the reporter's last successful sync; beyond "
-            f"{stale_after} s (report.staleAfter) the extender treats the data as stale.",
+            f"report.staleAfter in force (default {stale_after} s) the extender treats the data "
+            "as stale.",
             steps=stale_line,
         ),
         stat_panel(
@@ -116,8 +118,8 @@ def build(config: DetectionRuleConfig) -> str:
             "Exporter scrape duration",
             [Query(f"scrape_duration_seconds{{{exporter}, {NODE_MATCH}}}", "{{node}}")],
             unit="s",
-            description=f"The line is the rule evaluation interval ({interval} s): slower "
-            "scrapes leave gaps in the smoothing window.",
+            description="The line is the rule evaluation interval in force (default "
+            f"{interval} s): slower scrapes leave gaps in the smoothing window.",
             steps=interval_line,
             minimum=0,
         ),
@@ -160,8 +162,8 @@ def build(config: DetectionRuleConfig) -> str:
             "Rule group evaluation time",
             [Query(f"prometheus_rule_group_last_duration_seconds{{{groups}}}", "{{rule_group}}")],
             unit="s",
-            description=f"The line is the evaluation interval ({interval} s); needs Prometheus "
-            "to scrape itself (kube-prometheus-stack does).",
+            description="The line is the evaluation interval in force (default "
+            f"{interval} s); needs Prometheus to scrape itself (kube-prometheus-stack does).",
             steps=interval_line,
             minimum=0,
         ),
@@ -209,7 +211,7 @@ def build(config: DetectionRuleConfig) -> str:
             [Query(f"time() - max({REPORTER_LAST_SYNC})", "since last sync")],
             unit="s",
             description=f"Seconds since the last successful sync; the line is staleAfter "
-            f"({stale_after} s).",
+            f"in force (default {stale_after} s).",
             steps=stale_line,
             minimum=0,
         ),
@@ -312,7 +314,8 @@ def build(config: DetectionRuleConfig) -> str:
                 Query(f"max({EXTENDER_OLDEST_SAMPLE_AGE})", "oldest"),
             ],
             unit="s",
-            description=f"Beyond staleAfter ({stale_after} s) a node's entry is stale.",
+            description=f"Beyond staleAfter in force (default {stale_after} s) a node's entry "
+            "is stale.",
             steps=stale_line,
             minimum=0,
         ),

@@ -34,9 +34,12 @@ def _fill(expr: str, node: str, rate_interval: str) -> str:
 
 
 # A stat's "show 0, not No data" tail, and a filter that keeps only some samples
-# (``> 0.5``, ``== 1``; not ``bool`` comparisons, which keep every sample).
+# (``> 0.5``, ``== 1``, ``>= scalar(threshold)``; not ``bool`` comparisons, which keep every
+# sample).
 _ZERO_FALLBACK = re.compile(r"\s+or\s+vector\(\s*0(?:\.0*)?\s*\)\s*$")
-_FILTER = re.compile(r"\s*(?:==|!=|>=|<=|>|<)\s*-?[0-9.]+(?:e[+-]?[0-9]+)?")
+_FILTER = re.compile(
+    r"\s*(?:==|!=|>=|<=|>|<)\s*(?:-?[0-9.]+(?:e[+-]?[0-9]+)?|scalar\([^()]*(?:\{[^{}]*\})?\))"
+)
 
 
 def data_query(expr: str) -> str:

@@ -113,40 +113,67 @@ def _signal_panels(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _steps(panel: dict[str, Any]) -> list[tuple[float | None, str]]:
-    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    return [(s["value"], s["color"]) for s in steps]
+def _steps(panel: dict[str, Any]) -> list[tuple[float | str | None, str]]:
+    """The panel's threshold steps as Grafana draws them: the static ones by value, the live
+    ones (a "Config from query results" transformation) by the PromQL that gives their value."""
+    steps: list[tuple[float | str | None, str]] = [
+        (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    ]
+    return steps + [expr for expr, _ in _live_steps(panel)]
 
 
-def test_each_signal_panel_draws_the_models_warn_and_critical() -> None:
-    config = DetectionRuleConfig.default()
+def _live_steps(panel: dict[str, Any]) -> list[tuple[tuple[str, str], str]]:
+    """((config query, colour), config refId) of each live threshold step."""
+    by_ref = {t["refId"]: t for t in panel["targets"]}
+    out = []
+    for transformation in panel.get("transformations", []):
+        if transformation["id"] != "configFromData":
+            continue
+        options = transformation["options"]
+        target = by_ref[options["configRefId"]]
+        # An instant table: its one number column is "Value", mapped to a threshold step.
+        assert target["instant"] and target["format"] == "table", panel["title"]
+        (mapping,) = options["mappings"]
+        assert (mapping["fieldName"], mapping["handlerKey"]) == ("Value", "threshold1")
+        out.append(
+            ((target["expr"], mapping["handlerArguments"]["threshold"]["color"]), target["refId"])
+        )
+    return out
+
+
+def _data_targets(panel: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panel's queries of data, without the config queries of its live thresholds."""
+    config_refs = {ref for _, ref in _live_steps(panel)}
+    return [t for t in panel["targets"] if t["refId"] not in config_refs]
+
+
+def _threshold(selector: str) -> str:
+    return f"{series.THRESHOLD}{{{selector}}}"
+
+
+def test_each_signal_panel_draws_the_warn_and_critical_in_force() -> None:
     signal_panels = _signal_panels(dashboards()["mco-node-detail"])
     for spec in SIGNALS:
         panel = signal_panels[spec.key]
-        t = config.threshold(spec.key)
-        values = [v for v, _ in _steps(panel) if v is not None]
-        assert t.warn in values and t.critical in values, spec.key
-        colours = dict(_steps(panel))
+        colours = {value: colour for value, colour in _steps(panel)}
+        warn = _threshold(f'signal="{spec.label}", bound="warn"')
+        critical = _threshold(f'signal="{spec.label}", bound="critical"')
         # Colours change at the thresholds: orange from warn and red from critical, or for a
         # lower-is-worse signal red below critical, orange up to warn, green above.
         if spec.lower_is_worse:
-            assert (colours[None], colours[t.critical], colours[t.warn]) == (
-                "red",
-                "orange",
-                "green",
-            )
+            assert (colours[None], colours[critical], colours[warn]) == ("red", "orange", "green")
         else:
-            assert (colours[None], colours[t.warn], colours[t.critical]) == (
-                "green",
-                "orange",
-                "red",
-            )
+            assert (colours[None], colours[warn], colours[critical]) == ("green", "orange", "red")
+        # No literal line beside the live ones: the only static step is the base colour.
+        static = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert [step["value"] for step in static] == [None], spec.key
         assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
-        assert f"warn {t.warn:g}, critical {t.critical:g}" in panel["description"]
+        assert "warn (orange) and critical (red) in force" in panel["description"]
 
 
-def test_thresholds_follow_the_model_not_literals() -> None:
-    """Move every threshold: every signal panel's lines move with it."""
+def test_no_panel_draws_a_config_value_as_a_literal() -> None:
+    """Every line at a configured value is live: the dashboards are the same whatever the
+    DetectionRuleConfig they were generated from, so tuning the CR moves them."""
     default = DetectionRuleConfig.default()
 
     # Not 0.5: a signal whose critical is twice its warn would move its critical onto the old
@@ -162,13 +189,20 @@ def test_thresholds_follow_the_model_not_literals() -> None:
             fallback={k: scale(t) for k, t in d.fallback.items()},
         )
     moved = dataclasses.replace(default, detections=detections)
-    board = json.loads(node_detail.build(moved))
-    for spec in SIGNALS:
-        values = {v for v, _ in _steps(_signal_panels(board)[spec.key]) if v is not None}
-        t = moved.threshold(spec.key)
-        assert {t.warn, t.critical} <= values, spec.key
-        old = default.threshold(spec.key)
-        assert not {old.warn, old.critical} & values, spec.key
+
+    def lines(text: str) -> list[Any]:
+        board = json.loads(text)
+        return [
+            (p["title"], p["fieldConfig"]["defaults"].get("thresholds"), p.get("transformations"))
+            for p in panels(board)
+            if "fieldConfig" in p
+        ]
+
+    assert lines(node_detail.build(moved)) == lines(node_detail.build(default))
+    # and the live lines are there at all
+    assert sum(len(_live_steps(p)) for p in panels(dashboards()["mco-node-detail"])) >= 2 * len(
+        SIGNALS
+    )
 
 
 def test_generator_output_is_what_is_checked_in() -> None:
@@ -276,7 +310,7 @@ def test_the_issues_panels_are_there_and_read_their_metrics(name: str) -> None:
         read: set[str] = set()
         for t in panel["targets"]:
             read |= _identifiers(t["expr"])
-            if required.node_filter:
+            if required.node_filter and t in _data_targets(panel):
                 assert node_matcher in t["expr"], (required.title, t["expr"])
         missing = required.metrics - read
         assert not missing, f"{required.title} reads none of {sorted(missing)}"
@@ -285,10 +319,10 @@ def test_the_issues_panels_are_there_and_read_their_metrics(name: str) -> None:
 def test_overview_shows_each_node_over_time_and_ranks_the_worst() -> None:
     board = dashboards()["mco-cluster-overview"]
     per_node = _by_title(board, "Interference level per node")
-    assert [t["legendFormat"] for t in per_node["targets"]] == ["{{node}}"]
-    assert not any(t.get("instant") for t in per_node["targets"])
+    assert [t["legendFormat"] for t in _data_targets(per_node)] == ["{{node}}"]
+    assert not any(t.get("instant") for t in _data_targets(per_node))
     top = _by_title(board, "Top interfered nodes")
-    (target,) = top["targets"]
+    (target,) = _data_targets(top)
     assert target["instant"] and re.match(r"topk\(\s*\d+\s*,", target["expr"]), target["expr"]
     triggered = _by_title(board, "Nodes with each detection triggered")
     assert "by (detection)" in triggered["targets"][0]["expr"]
@@ -298,7 +332,7 @@ def test_node_detail_graphs_every_smoothed_signal_for_the_chosen_node() -> None:
     board = dashboards()["mco-node-detail"]
     for key, panel in _signal_panels(board).items():
         assert panel["type"] == "timeseries", key
-        for t in panel["targets"]:
+        for t in _data_targets(panel):
             assert 'node="$node"' in t["expr"], (key, t["expr"])
     graphed = {
         name for t in targets() if t.dashboard == "mco-node-detail" for name in _identifiers(t.expr)
@@ -369,4 +403,5 @@ def test_data_query_keeps_bool_comparisons_and_plain_queries() -> None:
     assert data_query("x > bool 0.5 or vector(0)") == "x > bool 0.5"
     assert data_query("count(x >= 1e-3) or vector(0)") == "count(x)"
     assert data_query("count(x > 0.5)") == "count(x > 0.5)"  # no fallback: sent as is
+    assert data_query('count(x >= scalar(t{a="b"})) or vector(0)') == "count(x)"
     assert data_query("sum(x) or vector(0) > 1") == "sum(x) or vector(0) > 1"
