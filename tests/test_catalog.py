@@ -28,6 +28,7 @@ from rulegen.dashboards import node_detail, overview
 from rulegen.model import ConfigError, DetectionRuleConfig, default_spec, from_spec
 from rulegen.render import render_rules
 from scripts.procs import free_port
+from tests.dashboards.boards import data_targets, drawn_steps, recorded_thresholds
 from tests.reporter.helpers import T0, answers, decode, ok, slot_of
 from tests.rulegen.crd_validation import api_server_errors
 from tests.rulegen.test_promtool import assert_clean_check, promtool
@@ -263,17 +264,38 @@ def test_the_node_dashboard_graphs_the_new_signal_with_its_thresholds() -> None:
     assert len(found) == 1
     panel = found[0]
     assert panel["title"] == "numa_traffic · memory_remote_ratio"
-    steps = [
-        (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    ]
-    assert (0.25, "orange") in steps and (0.75, "red") in steps and (0.375, "dark-red") in steps
+    # The lines read the thresholds in force, recorded by the extended rules with the values.
+    by_ref = {t["refId"]: t["expr"] for t in panel["targets"]}
+    lines = {
+        by_ref[t["options"]["configRefId"]]: t["options"]["mappings"][0]["handlerArguments"][
+            "threshold"
+        ]["color"]
+        for t in panel["transformations"]
+    }
+    assert lines == {
+        f'{series.THRESHOLD}{{signal="memory_remote_ratio", bound="warn"}}': "orange",
+        f'{series.THRESHOLD}{{signal="memory_remote_ratio", bound="critical"}}': "red",
+        f'{series.THRESHOLD}{{constraint="memory_remote", bound="limit"}}': "dark-red",
+    }
+    rules = yaml.safe_load(render_rules(CONFIG, catalog=EXTENDED))
+    recorded = {
+        (tuple(sorted(r["labels"].items())), r["expr"])
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("record") == series.THRESHOLD
+    }
+    assert ((("bound", "warn"), ("signal", "memory_remote_ratio")), "vector(0.25)") in recorded
+    assert ((("bound", "critical"), ("signal", "memory_remote_ratio")), "vector(0.75)") in recorded
+    assert ((("bound", "limit"), ("constraint", "memory_remote")), "vector(0.375)") in recorded
     assert NUMA.help in panel["description"]
     assert not any(
         NUMA.series in t["expr"]
         for p in json.loads(node_detail.build(DetectionRuleConfig.default()))["panels"]
         for t in p.get("targets", [])
     )
-    assert "remote memory traffic above 0.375" in overview.build(CONFIG, EXTENDED)
+    assert "remote memory traffic above its limit (default 0.375)" in overview.build(
+        CONFIG, EXTENDED
+    )
 
 
 @pytest.mark.parametrize(
@@ -411,26 +433,27 @@ def test_a_hard_constraint_is_violated_in_its_direction(
     assert entry.violations == [Violation("memory_remote", value, 0.5)]
     assert "violated:memory_remote" in entry.reasons and not entry.schedulable
     relation = "below" if lower_is_worse else "above"
-    assert f"remote memory traffic {relation} 0.5" in overview.build(config, catalog)
+    assert f"remote memory traffic {relation} its limit (default 0.5)" in overview.build(
+        config, catalog
+    )
     board = json.loads(node_detail.build(config, catalog))
     (panel,) = [p for p in board["panels"] if p["title"] == "numa_traffic · memory_remote_ratio"]
-    steps = [
-        (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    ]
+    steps = drawn_steps(panel, recorded_thresholds(render_rules(config, catalog=catalog)))
     # Dark red where the constraint is violated: from the limit up, or everything under it.
     if lower_is_worse:
         assert steps[:2] == [(None, "dark-red"), (0.5, "orange")], steps
     else:
-        assert steps[-1] == (0.5, "dark-red"), steps
+        assert (0.5, "dark-red") in steps, steps
 
 
 def _panels(config: DetectionRuleConfig, catalog: Catalog) -> dict[str, dict[str, Any]]:
     return {p["title"]: p for p in json.loads(node_detail.build(config, catalog))["panels"]}
 
 
-def _steps(panel: dict[str, Any]) -> list[tuple[float | None, str]]:
-    thresholds = panel["fieldConfig"]["defaults"].get("thresholds", {"steps": []})
-    return [(s["value"], s["color"]) for s in thresholds["steps"]]
+def _drawn(config: DetectionRuleConfig, catalog: Catalog) -> Any:
+    """The node dashboard's steps per panel title as drawn against ``config``'s rules."""
+    thresholds = recorded_thresholds(render_rules(config, catalog=catalog))
+    return lambda panel: drawn_steps(panel, thresholds)
 
 
 def test_the_node_dashboard_has_a_panel_per_context_row_with_its_limits() -> None:
@@ -461,19 +484,26 @@ def test_the_node_dashboard_has_a_panel_per_context_row_with_its_limits() -> Non
         constraints=(*CATALOG.constraints, swap_max),
     )
     panels = _panels(DetectionRuleConfig.default(catalog), catalog)
+    _steps = _drawn(DetectionRuleConfig.default(catalog), catalog)
     limited = panels["Swap in use (hard constraint)"]
     assert limited["targets"][0]["expr"] == 'node:mco_swap_used_bytes:smoothed{node="$node"}'
     assert limited["fieldConfig"]["defaults"]["unit"] == "bytes"
     assert limited["description"].startswith("Swap space in use.")
-    assert f"Above {1 << 30:g} the node is blocked (swap_used)." in limited["description"]
+    assert (
+        f"Above the limit in force (default {1 << 30:g}) the node is blocked (swap_used)."
+        in limited["description"]
+    )
     assert _steps(limited) == [(None, "green"), (1 << 30, "dark-red")]
     plain = panels["Swap backlog"]
     assert _steps(plain) == [] and "not thresholded" in plain["description"]
     # The shipped board: one panel per context row, the hard limit where one is set.
     shipped = _panels(DetectionRuleConfig.default(), CATALOG)
+    _steps = _drawn(DetectionRuleConfig.default(), CATALOG)
     for row in CATALOG.context:
         limited_row = bool(CATALOG.constraints_on(row.key))
         title = row.title + (" (hard constraint)" if limited_row else "")
-        assert [t["expr"] for t in shipped[title]["targets"]] == [f'{row.series}{{node="$node"}}']
+        assert [t["expr"] for t in data_targets(shipped[title])] == [
+            f'{row.series}{{node="$node"}}'
+        ]
     memory_full = shipped["PSI memory full (hard constraint)"]
     assert _steps(memory_full) == [(None, "green"), (0.0, "dark-red")]

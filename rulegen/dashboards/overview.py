@@ -31,7 +31,10 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     level = f"{series.INTERFERENCE_LEVEL}{{{NODE_MATCH}}}"
     hard = f"{series.HARD_CONSTRAINT_VIOLATED}{{{NODE_MATCH}}}"
     fallback = f"{series.MEMORY_PRESSURE_FALLBACK}{{{NODE_MATCH}}}"
-    limits = ", ".join(f"{c.title} {c.relation} its limit" for c in catalog.constraints)
+    limits = ", ".join(
+        f"{c.title} {c.relation} its limit (default {config.hard_constraints[c.key]:g})"
+        for c in catalog.constraints
+    )
     board = new_dashboard(
         UID,
         "MCO / Cluster overview",

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from rulegen import series
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -71,3 +76,67 @@ def targets() -> list[Target]:
             for t in panel.get("targets", []):
                 out.append(Target(name, panel["title"], t["expr"], bool(t.get("instant"))))
     return out
+
+
+def recorded_thresholds(rules_text: str) -> dict[frozenset[tuple[str, str]], float]:
+    """``mco:threshold`` in a rendered rule file: label set -> value."""
+    rules = yaml.safe_load(rules_text)
+    out = {}
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("record") == series.THRESHOLD:
+                value = re.fullmatch(r"vector\((.+)\)", rule["expr"])
+                assert value, rule
+                out[frozenset(rule["labels"].items())] = float(value.group(1))
+    return out
+
+
+_LIVE_QUERY = re.compile(
+    rf"(?P<score>100 \* \(1 - )?{re.escape(series.THRESHOLD)}\{{(?P<labels>[^{{}}]*)\}}\)?"
+)
+
+
+def drawn_steps(
+    panel: dict[str, Any], thresholds: dict[frozenset[tuple[str, str]], float]
+) -> list[tuple[float | None, str]]:
+    """The steps Grafana draws on ``panel`` against rules that record ``thresholds``: the
+    static ones plus one per "Config from query results" transformation, whose instant query
+    is answered from the recorded values; sorted as Grafana sorts them (base first)."""
+    config = panel["fieldConfig"]["defaults"].get("thresholds", {"steps": []})
+    steps: list[tuple[float | None, str]] = [(s["value"], s["color"]) for s in config["steps"]]
+    for expr, colour, _ in live_lines(panel):
+        query = _LIVE_QUERY.fullmatch(expr)
+        assert query, expr
+        labels = frozenset(
+            (k.strip(), v.strip().strip('"'))
+            for k, v in (pair.split("=", 1) for pair in query["labels"].split(","))
+        )
+        value = thresholds[labels]
+        if query["score"]:
+            value = 100 * (1 - value)
+        steps.append((value, colour))
+    return sorted(steps, key=lambda s: -math.inf if s[0] is None else s[0])
+
+
+def live_lines(panel: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(config query, colour, its refId) of each threshold line read from the data: a "Config
+    from query results" transformation over an instant table, whose number column is "Value"."""
+    by_ref = {t["refId"]: t for t in panel.get("targets", [])}
+    out = []
+    for transformation in panel.get("transformations", []):
+        if transformation["id"] != "configFromData":
+            continue
+        options = transformation["options"]
+        target = by_ref[options["configRefId"]]
+        assert target["instant"] and target["format"] == "table", panel["title"]
+        (mapping,) = options["mappings"]
+        assert (mapping["fieldName"], mapping["handlerKey"]) == ("Value", "threshold1")
+        colour = mapping["handlerArguments"]["threshold"]["color"]
+        out.append((target["expr"], colour, target["refId"]))
+    return out
+
+
+def data_targets(panel: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panel's queries of data, without the config queries of its live thresholds."""
+    config_refs = {ref for _, _, ref in live_lines(panel)}
+    return [t for t in panel.get("targets", []) if t["refId"] not in config_refs]

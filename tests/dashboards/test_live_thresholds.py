@@ -17,7 +17,7 @@ from rulegen import series
 from rulegen.catalog import CATALOG
 from rulegen.model import DetectionRuleConfig, Threshold
 from rulegen.render import render_rules
-from tests.dashboards.boards import dashboards, panels
+from tests.dashboards.boards import dashboards, live_lines, panels
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
@@ -64,18 +64,12 @@ def _expected(config: DetectionRuleConfig) -> dict[str, float]:
 
 def _config_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel, PromQL) of every query that sets a threshold line."""
-    out = []
-    for name, board in dashboards().items():
-        for panel in panels(board):
-            refs = {
-                t["options"]["configRefId"]
-                for t in panel.get("transformations", [])
-                if t["id"] == "configFromData"
-            }
-            out += [
-                (name, panel["title"], t["expr"]) for t in panel["targets"] if t["refId"] in refs
-            ]
-    return out
+    return [
+        (name, panel["title"], expr)
+        for name, board in dashboards().items()
+        for panel in panels(board)
+        for expr, _, _ in live_lines(panel)
+    ]
 
 
 def _canonical(labels: dict[str, str]) -> str:

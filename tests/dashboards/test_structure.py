@@ -13,7 +13,15 @@ from rulegen import dashboards as generator
 from rulegen import series
 from rulegen.dashboards import node_detail
 from rulegen.model import SIGNALS, DetectionRuleConfig, Threshold
-from tests.dashboards.boards import ROOT, dashboards, data_query, panels, targets
+from tests.dashboards.boards import (
+    ROOT,
+    dashboards,
+    data_query,
+    data_targets,
+    live_lines,
+    panels,
+    targets,
+)
 
 RECORDED = (
     {
@@ -119,32 +127,7 @@ def _steps(panel: dict[str, Any]) -> list[tuple[float | str | None, str]]:
     steps: list[tuple[float | str | None, str]] = [
         (s["value"], s["color"]) for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     ]
-    return steps + [expr for expr, _ in _live_steps(panel)]
-
-
-def _live_steps(panel: dict[str, Any]) -> list[tuple[tuple[str, str], str]]:
-    """((config query, colour), config refId) of each live threshold step."""
-    by_ref = {t["refId"]: t for t in panel["targets"]}
-    out = []
-    for transformation in panel.get("transformations", []):
-        if transformation["id"] != "configFromData":
-            continue
-        options = transformation["options"]
-        target = by_ref[options["configRefId"]]
-        # An instant table: its one number column is "Value", mapped to a threshold step.
-        assert target["instant"] and target["format"] == "table", panel["title"]
-        (mapping,) = options["mappings"]
-        assert (mapping["fieldName"], mapping["handlerKey"]) == ("Value", "threshold1")
-        out.append(
-            ((target["expr"], mapping["handlerArguments"]["threshold"]["color"]), target["refId"])
-        )
-    return out
-
-
-def _data_targets(panel: dict[str, Any]) -> list[dict[str, Any]]:
-    """The panel's queries of data, without the config queries of its live thresholds."""
-    config_refs = {ref for _, ref in _live_steps(panel)}
-    return [t for t in panel["targets"] if t["refId"] not in config_refs]
+    return steps + [(expr, colour) for expr, colour, _ in live_lines(panel)]
 
 
 def _threshold(selector: str) -> str:
@@ -200,7 +183,7 @@ def test_no_panel_draws_a_config_value_as_a_literal() -> None:
 
     assert lines(node_detail.build(moved)) == lines(node_detail.build(default))
     # and the live lines are there at all
-    assert sum(len(_live_steps(p)) for p in panels(dashboards()["mco-node-detail"])) >= 2 * len(
+    assert sum(len(live_lines(p)) for p in panels(dashboards()["mco-node-detail"])) >= 2 * len(
         SIGNALS
     )
 
@@ -310,7 +293,7 @@ def test_the_issues_panels_are_there_and_read_their_metrics(name: str) -> None:
         read: set[str] = set()
         for t in panel["targets"]:
             read |= _identifiers(t["expr"])
-            if required.node_filter and t in _data_targets(panel):
+            if required.node_filter and t in data_targets(panel):
                 assert node_matcher in t["expr"], (required.title, t["expr"])
         missing = required.metrics - read
         assert not missing, f"{required.title} reads none of {sorted(missing)}"
@@ -319,10 +302,10 @@ def test_the_issues_panels_are_there_and_read_their_metrics(name: str) -> None:
 def test_overview_shows_each_node_over_time_and_ranks_the_worst() -> None:
     board = dashboards()["mco-cluster-overview"]
     per_node = _by_title(board, "Interference level per node")
-    assert [t["legendFormat"] for t in _data_targets(per_node)] == ["{{node}}"]
-    assert not any(t.get("instant") for t in _data_targets(per_node))
+    assert [t["legendFormat"] for t in data_targets(per_node)] == ["{{node}}"]
+    assert not any(t.get("instant") for t in data_targets(per_node))
     top = _by_title(board, "Top interfered nodes")
-    (target,) = _data_targets(top)
+    (target,) = data_targets(top)
     assert target["instant"] and re.match(r"topk\(\s*\d+\s*,", target["expr"]), target["expr"]
     triggered = _by_title(board, "Nodes with each detection triggered")
     assert "by (detection)" in triggered["targets"][0]["expr"]
@@ -332,7 +315,7 @@ def test_node_detail_graphs_every_smoothed_signal_for_the_chosen_node() -> None:
     board = dashboards()["mco-node-detail"]
     for key, panel in _signal_panels(board).items():
         assert panel["type"] == "timeseries", key
-        for t in _data_targets(panel):
+        for t in data_targets(panel):
             assert 'node="$node"' in t["expr"], (key, t["expr"])
     graphed = {
         name for t in targets() if t.dashboard == "mco-node-detail" for name in _identifiers(t.expr)
