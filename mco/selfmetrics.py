@@ -61,6 +61,7 @@ RULEGEN_OBSERVED_GENERATION: Final = "mco_rulegen_observed_generation"
 RULEGEN_APPLIED_GENERATION: Final = "mco_rulegen_applied_generation"
 RULEGEN_APPLIES: Final = "mco_rulegen_applies_total"
 RULEGEN_REJECTIONS: Final = "mco_rulegen_rejections_total"
+RULEGEN_GUARD_CHECKS: Final = "mco_rulegen_guard_checks_total"  # {result}
 RULEGEN_ERRORS: Final = "mco_rulegen_errors_total"
 RULEGEN_LAST_APPLY: Final = "mco_rulegen_last_apply_timestamp_seconds"
 RULEGEN_API_REACHABLE: Final = "mco_rulegen_api_reachable"

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import re
 import signal
 import sys
 from collections.abc import Coroutine, Sequence
@@ -33,7 +32,6 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.promql import (
-    DEFAULT_MAX_ANSWER_BYTES,
     PromQLClient,
     mmap_large_buffers,
     safe_url,
@@ -42,17 +40,11 @@ from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
+from reporter.source_flags import add_source_flags
 from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
 DEFAULT_LISTEN: Final = ":9849"
-
-
-def header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not re.fullmatch(r"[A-Za-z0-9-]+", name.strip()):
-        raise argparse.ArgumentTypeError("a header is 'Name: value'")
-    return name.strip(), value.strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,38 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mco-reporter",
         description="Turn MCO's recorded series into the NodeInterferenceReport custom resource.",
     )
-    src = p.add_argument_group("PromQL source")
-    src.add_argument("--prometheus-url", required=True, help="base URL of a PromQL HTTP API")
-    src.add_argument("--prometheus-timeout", type=duration, default=5.0, metavar="DURATION")
-    src.add_argument("--prometheus-bearer-token-file", metavar="FILE")
-    src.add_argument("--prometheus-basic-auth-user", metavar="USER")
-    src.add_argument("--prometheus-basic-auth-password-file", metavar="FILE")
-    src.add_argument("--prometheus-ca-file", metavar="FILE")
-    src.add_argument("--prometheus-cert-file", metavar="FILE", help="client certificate")
-    src.add_argument("--prometheus-key-file", metavar="FILE")
-    src.add_argument("--prometheus-insecure-skip-verify", action="store_true")
-    src.add_argument(
-        "--prometheus-header",
-        type=header,
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra request header, e.g. 'X-Scope-OrgID: team-a' (repeatable)",
-    )
-    src.add_argument(
-        "--prometheus-compression",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ask for gzip answers (fewer bytes on the wire, more CPU)",
-    )
-    src.add_argument(
-        "--prometheus-max-answer-bytes",
-        type=size,
-        default=DEFAULT_MAX_ANSWER_BYTES,
-        metavar="SIZE",
-        help="answer bytes held in memory at once, all queries together, raw and inflated; "
-        "more is refused (default 48Mi: fits the chart's 256Mi limit)",
-    )
+    add_source_flags(p, required=True, url_help="base URL of a PromQL HTTP API")
     rep = p.add_argument_group("report")
     rep.add_argument("--interval", type=duration, default=1.0, metavar="DURATION")
     rep.add_argument("--once", action="store_true", help="run one cycle and exit")

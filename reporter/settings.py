@@ -16,6 +16,7 @@ from mco.settings import (
 from mco.webconfig import WebSettings
 from reporter.layout import DEFAULT_MAX_BYTES, LayoutMode
 from reporter.promql import SourceConfig
+from reporter.source_flags import source_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +42,9 @@ class ReporterSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ReporterSettings:
-        source = SourceConfig(
-            url=args.prometheus_url,
-            timeout=args.prometheus_timeout,
-            bearer_token_file=args.prometheus_bearer_token_file,
-            basic_auth_user=args.prometheus_basic_auth_user,
-            basic_auth_password_file=args.prometheus_basic_auth_password_file,
-            ca_file=args.prometheus_ca_file,
-            cert_file=args.prometheus_cert_file,
-            key_file=args.prometheus_key_file,
-            insecure_skip_verify=args.prometheus_insecure_skip_verify,
-            headers=dict(args.prometheus_header),
-            compression=args.prometheus_compression,
-            max_answer_bytes=args.prometheus_max_answer_bytes,
-        )
-        source.validate()
+        source = source_config(args)
+        if source is None:
+            raise ValueError("--prometheus-url is required")
         if args.interval <= 0:
             raise ValueError("--interval must be positive")
         return cls(

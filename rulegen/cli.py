@@ -1,4 +1,5 @@
-"""``mco-rulegen``: render the detection model's rules, or run the hot-update controller."""
+"""``mco-rulegen``: render the detection model's rules, run the hot-update controller, or roll
+the DetectionRuleConfig back to an accepted spec."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mco import webserver
@@ -35,9 +37,12 @@ from mco.settings import (
     web_settings,
 )
 from mco.webconfig import WebSettings
+from reporter.source_flags import add_source_flags, source_config
+from rulegen import guard, history
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
 from rulegen.render import render_prometheusrule, render_rules
+from rulegen.rollback import RollbackError, rollback
 
 DEFAULT_LISTEN = ":9850"
 log = logging.getLogger("mco.rulegen")
@@ -98,13 +103,47 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="re-read and re-apply period (default 5m)",
     )
+    ctl.add_argument(
+        "--history-limit",
+        type=int,
+        default=history.DEFAULT_LIMIT,
+        metavar="N",
+        help="accepted specs kept in status.history for rollback (default %(default)s)",
+    )
+    ctl.add_argument(
+        "--guard.max-filtered-share",
+        dest="guard_max_filtered_share",
+        type=float,
+        default=guard.DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="reject a new spec whose hard constraints would filter more than this share of "
+        "the nodes now (needs --prometheus-url; default 0.5)",
+    )
+    add_source_flags(
+        ctl,
+        required=False,
+        url_help="PromQL API the guard reads the live data from (default: no guard)",
+    )
     # The reporter's flags, spelled the same: only the replica holding the Lease writes.
     add_leader_flags(
         ctl,
         lease_name="mco-rulegen",
         what="apply and write status",
     )
-    for p in (render, ctl):
+
+    back = sub.add_parser(
+        "rollback", help="restore an accepted DetectionRuleConfig spec from its history"
+    )
+    back.add_argument(
+        "--to-generation",
+        type=int,
+        metavar="N",
+        help="the generation to restore (default: the last accepted one before the rules in force)",
+    )
+    back.add_argument("--config-name", default=DEFAULT_NAME, help="DetectionRuleConfig name")
+    back.add_argument("--kubeconfig", help="kubeconfig file (default: ~/.kube/config)")
+    back.add_argument("--context", help="kubeconfig context")
+    for p in (render, ctl, back):
         add_log_flags(p)
     return parser
 
@@ -136,7 +175,21 @@ class ControllerCommand:
     deprecated: tuple[str, ...] = ()
 
 
-def settings_from_args(args: argparse.Namespace) -> RenderSettings | ControllerCommand:
+@dataclass(frozen=True, slots=True)
+class RollbackCommand:
+    """``mco-rulegen rollback``: which object, to which generation, through which cluster."""
+
+    config_name: str = DEFAULT_NAME
+    to_generation: int | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+Command = RenderSettings | ControllerCommand | RollbackCommand
+
+
+def settings_from_args(args: argparse.Namespace) -> Command:
     if args.command == "render":
         return RenderSettings(
             config=args.config,
@@ -148,8 +201,21 @@ def settings_from_args(args: argparse.Namespace) -> RenderSettings | ControllerC
             labels=_labels(args.label),
             log=log_settings(args),
         )
+    if args.command == "rollback":
+        return RollbackCommand(
+            config_name=args.config_name,
+            to_generation=args.to_generation,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            log=log_settings(args),
+        )
     if args.resync <= 0:
         raise ValueError("--resync must be positive")
+    if not 1 <= args.history_limit <= history.MAX_LIMIT:
+        raise ValueError(f"--history-limit must be within 1..{history.MAX_LIMIT}")
+    if not 0 < args.guard_max_filtered_share <= 1:
+        raise ValueError("--guard.max-filtered-share must be within (0, 1]")
+    source = source_config(args)
     return ControllerCommand(
         web=web_settings(args),
         controller=ControllerSettings(
@@ -158,6 +224,10 @@ def settings_from_args(args: argparse.Namespace) -> RenderSettings | ControllerC
             rule_labels=_labels(args.prometheusrule_label),
             config_name=args.config_name,
             resync_seconds=args.resync,
+            history_limit=args.history_limit,
+            guard=None
+            if source is None
+            else guard.GuardSettings(source, max_filtered_share=args.guard_max_filtered_share),
         ),
         kubeconfig=args.kubeconfig,
         context=args.context,
@@ -167,7 +237,7 @@ def settings_from_args(args: argparse.Namespace) -> RenderSettings | ControllerC
     )
 
 
-def parse_settings(argv: Sequence[str] | None) -> RenderSettings | ControllerCommand:
+def parse_settings(argv: Sequence[str] | None) -> Command:
     """The flags as one settings object; a bad one exits 2 with a one-line reason."""
     return parse(build_parser(), argv, settings_from_args)
 
@@ -196,6 +266,30 @@ def cmd_render(s: RenderSettings) -> int:
         except OSError as exc:
             print(f"mco-rulegen: cannot write {s.output}: {exc.strerror}", file=sys.stderr)
             return 1
+    return 0
+
+
+async def cmd_rollback(command: RollbackCommand) -> int:
+    try:
+        api = await api_client(command.kubeconfig, command.context)
+    except Exception as exc:  # the client raises ConfigException, OSError, yaml errors, ...
+        return fail("mco-rulegen", f"no Kubernetes API configuration: {exc}")
+    try:
+        restored = await rollback(
+            api, name=command.config_name, to_generation=command.to_generation
+        )
+    except RollbackError as exc:
+        return fail("mco-rulegen", str(exc))
+    except ApiException as exc:
+        print(f"mco-rulegen: the API server refused: {exc.status} {exc.reason}", file=sys.stderr)
+        return 1
+    finally:
+        await api.close()
+    print(
+        f"DetectionRuleConfig {command.config_name}: restored the spec of generation "
+        f"{restored.from_generation} (was generation {restored.previous_generation}); "
+        "the controller validates and applies it"
+    )
     return 0
 
 
@@ -274,6 +368,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(settings, RenderSettings):
         start_logging(settings.log)
         return cmd_render(settings)
+    if isinstance(settings, RollbackCommand):
+        start_logging(settings.log)
+        return asyncio.run(cmd_rollback(settings))
     start_logging(settings.log, settings.deprecated)
     return asyncio.run(run_controller(settings))
 

@@ -44,7 +44,7 @@ from mco import selfmetrics
 from mco.apierrors import CONNECTION, ApiError
 from mco.leader import LeaseElector, run_while_leading
 from mco.watch import ListWatch, Resource, WatchSettings
-from rulegen import model
+from rulegen import guard, history, model
 from rulegen.render import render_prometheusrule
 
 log = logging.getLogger("mco.rulegen.controller")
@@ -55,6 +55,7 @@ RULE_VERSION: Final = "v1"
 RULE_PLURAL: Final = "prometheusrules"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "mco-rulegen"}
 MAX_MESSAGE: Final = 32768  # the CRD's maxLength for condition messages
+GUARD_REJECTED: Final = "GuardRejected"  # Accepted=False reason when the guard refuses a spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,8 @@ class ControllerSettings:
     resync_seconds: float = 300.0  # re-read and re-apply, undoing edits to the PrometheusRule
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    guard: guard.GuardSettings | None = None  # None: no guard (no --prometheus-url)
+    history_limit: int = history.DEFAULT_LIMIT  # accepted specs kept in status.history
 
 
 class ControllerMetrics:
@@ -108,6 +111,13 @@ class ControllerMetrics:
         )
         self.up = Gauge(
             selfmetrics.RULEGEN_API_REACHABLE, "1 while the Kubernetes API answers.", registry=r
+        )
+        self.guard_checks = Counter(
+            selfmetrics.RULEGEN_GUARD_CHECKS,
+            "Guard checks of a new spec against the live data, by result (passed, rejected, "
+            "unchecked: Prometheus did not answer and the spec was applied).",
+            ["result"],
+            registry=r,
         )
         self.leader = Gauge(
             selfmetrics.RULEGEN_LEADER,
@@ -264,34 +274,17 @@ class RuleConfigController:
         try:
             config = model.config_from_object(obj)
         except model.ConfigError as exc:
-            self.metrics.accepted.set(0)
-            if old.get("observedGeneration") != generation:
-                self.metrics.rejections.inc()
-                log.warning(
-                    "DetectionRuleConfig rejected; the last good rules stay in force",
-                    extra={"generation": generation, "problems": exc.problems},
-                )
-            status = {
-                **old,
-                "observedGeneration": generation,
-                "conditions": [
-                    _condition(
-                        conditions,
-                        "Accepted",
-                        False,
-                        "Rejected",
-                        "; ".join(exc.problems),
-                        generation,
-                    ),
-                    *[c for c in conditions if c.get("type") == "Applied"],
-                ],
-            }
-            await self._write_status(obj, status)
+            await self._reject(obj, generation, "Rejected", exc.problems)
+            return
+        digest = config.config_hash()
+        verdict = await self._guard(obj, config, generation)
+        if verdict is not None and not verdict.allowed:
+            await self._reject(obj, generation, GUARD_REJECTED, [verdict.message])
             return
         self.metrics.accepted.set(1)
-        digest = config.config_hash()
+        note = f"; {verdict.message}" if verdict is not None else ""
         accepted = _condition(
-            conditions, "Accepted", True, "Valid", "the spec is valid", generation
+            conditions, "Accepted", True, "Valid", f"the spec is valid{note}", generation
         )
         if force or self._applied != (generation, digest):
             try:
@@ -329,8 +322,76 @@ class RuleConfigController:
                 "appliedGeneration": generation,
                 "appliedRulesHash": digest,
                 "conditions": [accepted, applied],
+                "history": self._remember(old.get("history") or [], obj, generation, digest),
             },
         )
+
+    def _remember(
+        self, past: list[dict[str, Any]], obj: Mapping[str, Any], generation: int, digest: str
+    ) -> list[dict[str, Any]]:
+        """status.history with the spec now in force first (unchanged when it already is)."""
+        if past and past[0].get("generation") == generation and past[0].get("hash") == digest:
+            return past
+        return history.remember(
+            past,
+            generation=generation,
+            digest=digest,
+            spec=obj.get("spec") or {},
+            now=_now(),
+            limit=self.settings.history_limit,
+        )
+
+    async def _guard(
+        self, obj: Mapping[str, Any], config: model.DetectionRuleConfig, generation: int
+    ) -> guard.Verdict | None:
+        """The guard's verdict on a spec whose rules differ from those in force; None when
+        there is nothing to guard (no guard configured, the same rules, or the skip annotation).
+        A generation the guard rejected stays rejected: data that changes later never applies
+        it behind the user's back."""
+        settings = self.settings.guard
+        old = obj.get("status") or {}
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if settings is None or config.config_hash() == old.get("appliedRulesHash"):
+            return None
+        if annotations.get(guard.SKIP_ANNOTATION) == "true":
+            return None
+        accepted: Mapping[str, Any] = next(
+            (c for c in old.get("conditions") or [] if c.get("type") == "Accepted"), {}
+        )
+        if old.get("observedGeneration") == generation and accepted.get("reason") == GUARD_REJECTED:
+            return guard.Verdict(False, str(accepted.get("message", "")), checked=True)
+        verdict = await guard.check(settings, config)
+        result = "unchecked" if not verdict.checked else "passed" if verdict.allowed else "rejected"
+        self.metrics.guard_checks.labels(result).inc()
+        log.log(
+            logging.WARNING if result != "passed" else logging.INFO,
+            "guard: " + result,
+            extra={"generation": generation, "reason": verdict.message},
+        )
+        return verdict
+
+    async def _reject(
+        self, obj: Mapping[str, Any], generation: int, reason: str, problems: list[str]
+    ) -> None:
+        """Accepted=False with the problems; the PrometheusRule and history stay as they are."""
+        old = dict(obj.get("status") or {})
+        conditions = list(old.get("conditions") or [])
+        self.metrics.accepted.set(0)
+        if old.get("observedGeneration") != generation:
+            self.metrics.rejections.inc()
+            log.warning(
+                "DetectionRuleConfig rejected; the last good rules stay in force",
+                extra={"generation": generation, "reason": reason, "problems": problems},
+            )
+        status = {
+            **old,
+            "observedGeneration": generation,
+            "conditions": [
+                _condition(conditions, "Accepted", False, reason, "; ".join(problems), generation),
+                *[c for c in conditions if c.get("type") == "Applied"],
+            ],
+        }
+        await self._write_status(obj, status)
 
     # -- the loop (mco.watch) -----------------------------------------------------------------
 

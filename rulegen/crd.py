@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import yaml
 
-from rulegen import limits, model
+from rulegen import history, limits, model
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import MAX_LENGTH as DURATION_MAX_LENGTH
 from rulegen.durations import MAX_TEXT as DURATION_MAX
@@ -273,6 +273,22 @@ def _status_schema() -> dict[str, Any]:
                 "type": "string",
                 "description": "config_hash of the rules in force; Prometheus exposes it as "
                 "the hash label of mco:rule_config:info.",
+            },
+            "history": {
+                "type": "array",
+                "maxItems": history.MAX_LIMIT,
+                "description": "The last accepted specs, newest first, for mco-rulegen "
+                "rollback (the controller's --history-limit).",
+                "items": {
+                    "type": "object",
+                    "required": ["generation", "acceptedTime", "hash", "spec"],
+                    "properties": {
+                        "generation": {"type": "integer", "format": "int64", "minimum": 0},
+                        "acceptedTime": {"type": "string", "format": "date-time"},
+                        "hash": {"type": "string", "maxLength": 64},
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    },
+                },
             },
             "conditions": {
                 "type": "array",

@@ -20,6 +20,8 @@ from aiohttp.test_utils import TestServer
 
 from reporter.cli import parse_settings
 from reporter.promql import PromQLClient
+from rulegen.cli import ControllerCommand
+from rulegen.cli import parse_settings as rulegen_settings
 from scripts.procs import free_port
 from tests.chart.helm import chart, render
 from tests.reporter.helpers import T0, ok
@@ -228,3 +230,40 @@ def test_contradicting_credentials_are_refused(prometheus: dict[str, Any], reaso
 def test_schema_refuses_inline_secrets_and_bad_names(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=where):
         chart().validate_schema(values)
+
+
+def test_the_rulegen_guard_reads_prometheus_with_the_same_credentials(tmp_path: Path) -> None:
+    """The controller's guard queries the reporter's Prometheus: same URL, same Secrets."""
+    values = {
+        "prometheus": {
+            "auth": {
+                "basicAuth": {
+                    "username": "mco",
+                    "passwordSecretName": "prom-basic",
+                    "passwordKey": "pw",
+                }
+            }
+        },
+        "rulegen": {"guard": {"maxFilteredShare": 0.3}, "historyLimit": 7},
+    }
+    deployment = render(values).one("Deployment", "-rulegen")
+    pod = deployment["spec"]["template"]["spec"]
+    no_secret_in_the_container_spec(pod)
+    args = reporter_args(pod, materialise(pod, tmp_path))
+    command = rulegen_settings(args)
+    assert isinstance(command, ControllerCommand)
+    guard = command.controller.guard
+    assert guard is not None and guard.max_filtered_share == 0.3
+    assert guard.source.url == render(values).one("Deployment", "-reporter")["spec"]["template"][
+        "spec"
+    ]["containers"][0]["args"][0].removeprefix("--prometheus-url=")
+    assert guard.source.basic_auth_user == "mco"
+    assert (tmp_path / "password").read_text() == "pa55-w0rd"
+    assert guard.source.basic_auth_password_file == f"{tmp_path}/password"
+    assert command.controller.history_limit == 7
+    # Off: no Prometheus flags at all, and no credentials mounted.
+    off = render({**values, "rulegen": {"guard": {"enabled": False}}}).one("Deployment", "-rulegen")
+    (container,) = off["spec"]["template"]["spec"]["containers"]
+    assert not any(a.startswith("--prometheus-") for a in container["args"])
+    plain = rulegen_settings(container["args"])
+    assert isinstance(plain, ControllerCommand) and plain.controller.guard is None
