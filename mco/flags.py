@@ -10,10 +10,12 @@ import re
 from typing import Final
 
 _NUM = r"(\d+(?:\.\d+)?)"
-# Hours down to milliseconds, each unit at most once and in that order (Prometheus's rule).
-_DURATION: Final = re.compile(rf"(?:{_NUM}h)?(?:{_NUM}m(?!s))?(?:{_NUM}s)?(?:{_NUM}ms)?")
+# Weeks down to milliseconds, each unit at most once and in that order (Prometheus's rule).
+_DURATION: Final = re.compile(
+    rf"(?:{_NUM}w)?(?:{_NUM}d)?(?:{_NUM}h)?(?:{_NUM}m(?!s))?(?:{_NUM}s)?(?:{_NUM}ms)?"
+)
 _BARE: Final = re.compile(_NUM)
-_UNITS: Final = (3600.0, 60.0, 1.0, 0.001)
+_UNITS: Final = (7 * 86400.0, 86400.0, 3600.0, 60.0, 1.0, 0.001)
 _SIZE: Final = re.compile(r"\s*(\d+)\s*(Ki|Mi|Gi|KiB|MiB|GiB|K|M|G|B)?\s*")
 _BYTES: Final = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -24,7 +26,7 @@ class FlagError(ValueError, argparse.ArgumentTypeError):
 
 def duration(text: str) -> float:
     """Seconds in a Prometheus/Go-style duration: ``250ms``, ``1.5s``, ``1m30s``, ``1h2m3.5s``,
-    or a bare number of seconds. The one duration parser of every MCO flag."""
+    ``7d``, ``2w``, or a bare number of seconds. The one duration parser of every MCO flag."""
     body = text.strip()
     if _BARE.fullmatch(body):
         return float(body)

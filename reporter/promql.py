@@ -218,6 +218,7 @@ class PromQLClient:
                 "",
             )
         )
+        self._range_endpoint = self._endpoint + "_range"
         self.where = safe_url(config.url)
         self._token = _Secret(config.bearer_token_file) if config.bearer_token_file else None
         self._password = (
@@ -321,26 +322,45 @@ class PromQLClient:
 
         ``sample`` may be strict (label values from a closed set, decoded without allocating);
         when the answer does not fit it, ``loose`` (plain strings) is tried before giving up."""
+        form = {"query": expr, "time": f"{at:.3f}"}
         try:
-            return await self._query(expr, at, sample, loose)
+            return await self._query(self._endpoint, form, "vector", sample, loose)
+        except SourceError as exc:
+            exc.message = self.redact(exc.message)
+            exc.args = (exc.message,)
+            raise
+
+    async def query_range(
+        self, expr: str, start: float, end: float, step: float, series: type[T]
+    ) -> tuple[list[T], int]:
+        """The range vector of ``expr`` (``/api/v1/query_range``), each series decoded as a
+        ``series`` struct (``metric`` and ``values``), and the answer's size in bytes; the
+        same limits and errors as ``query``."""
+        form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        try:
+            return await self._query(self._range_endpoint, form, "matrix", series, None)
         except SourceError as exc:
             exc.message = self.redact(exc.message)
             exc.args = (exc.message,)
             raise
 
     async def _query(
-        self, expr: str, at: float, sample: type[T], loose: type[T] | None
+        self,
+        endpoint: str,
+        form: dict[str, str],
+        result_type: str,
+        sample: type[T],
+        loose: type[T] | None,
     ) -> tuple[list[T], int]:
         if self._session is None:
             raise RuntimeError("PromQLClient used outside `async with`")
-        form = {"query": expr, "time": f"{at:.3f}"}
         budget = self._budget
         held = 0  # bytes of this answer counted in the budget, given back when it is parsed
         raw = bytearray()
         body: bytes | bytearray = b""
         try:
             try:
-                async with self._session.post(self._endpoint, data=form, headers=self._auth()) as r:
+                async with self._session.post(endpoint, data=form, headers=self._auth()) as r:
                     status = r.status
                     encoding = r.headers.get("Content-Encoding", "identity").strip().lower()
                     declared = r.content_length
@@ -376,7 +396,7 @@ class PromQLClient:
                     held += len(body)
                     body = bytearray(body)
                 _respell_inf(body)
-            return self._decode(body, status, sample, loose)
+            return self._decode(body, status, result_type, sample, loose)
         finally:
             # The buffers go now, not with the exception's traceback (which keeps this frame,
             # and would keep them, until the error is dropped): what is given back is free.
@@ -393,7 +413,12 @@ class PromQLClient:
         )
 
     def _decode(
-        self, body: bytes | bytearray, status: int, sample: type[T], loose: type[T] | None
+        self,
+        body: bytes | bytearray,
+        status: int,
+        result_type: str,
+        sample: type[T],
+        loose: type[T] | None,
     ) -> tuple[list[T], int]:
         try:
             try:
@@ -413,9 +438,10 @@ class PromQLClient:
             raise SourceError(
                 QUERY_FAILED, f"{self.where} answered HTTP {status}: {reason or 'no data'}"
             )
-        if answer.data.resultType != "vector":
+        if answer.data.resultType != result_type:
             raise SourceError(
-                BAD_ANSWER, f"{self.where} answered a {answer.data.resultType}, not a vector"
+                BAD_ANSWER,
+                f"{self.where} answered a {answer.data.resultType}, not a {result_type}",
             )
         return answer.data.result, len(body)
 

@@ -433,6 +433,18 @@ class Catalog:
         names = {r.key: r.series for r in self.recorded}
         return string.Template(recorded.expr).substitute(names, w=window)
 
+    def inline_expr(self, recorded: Recorded, window: str) -> str:
+        """The PromQL of ``recorded`` over the raw series alone: each ``$<key>`` is that
+        series' own expression, so history recorded before the rules existed can be judged
+        (``mco-rulegen recommend``)."""
+        template = string.Template(recorded.expr)
+        names = {
+            key: f"({self.inline_expr(self.by_key(key), window)})"
+            for key in template.get_identifiers()
+            if key != "w"
+        }
+        return template.substitute(names, w=window)
+
 
 def _check(catalog: Catalog) -> None:
     problems: list[str] = []

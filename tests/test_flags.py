@@ -32,7 +32,7 @@ from rulegen.cli import parse_settings as rulegen_settings
     "text,seconds",
     [("250ms", 0.25), ("1s", 1.0), ("1.5s", 1.5), ("2m", 120.0), ("1h", 3600.0), ("7", 7.0),
      ("1.5", 1.5), (" 30s ", 30.0), ("1m30s", 90.0), ("1h2m3.5s", 3723.5), ("1s500ms", 1.5),
-     ("0s", 0.0)],
+     ("0s", 0.0), ("7d", 604800.0), ("1w2d", 777600.0)],
 )  # fmt: skip
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
@@ -79,7 +79,7 @@ def test_listen_addresses(text: str, address: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize("parse,text", [
-    (duration, "soon"), (duration, "-1s"), (duration, ""), (duration, "1d"), (duration, "1s1m"),
+    (duration, "soon"), (duration, "-1s"), (duration, ""), (duration, "1h1d"), (duration, "1s1m"),
     (duration, "1m1m"), (duration, "1m 30s"), (duration, "ms"), (duration, "1m30"),
     (size, "1Ti"), (size, "-5"), (size, "lots"),
     (listen_address, "nope"), (listen_address, ":99999"), (listen_address, "host:"),
@@ -157,7 +157,7 @@ def test_unusable_kubernetes_credentials_exit_2_with_one_line(prog, main, argv, 
      ("mco-extender", extender_main, ["print-config", "--volcano", "--url=ftp://x"]),
      ("mco-rulegen", rulegen_main, ["render", "--label=novalue"]),
      ("mco-rulegen", rulegen_main, ["controller", "--resync=soon"]),
-     ("mco-reporter", reporter_main, [*_REPORTER, "--interval=1d"]),
+     ("mco-reporter", reporter_main, [*_REPORTER, "--interval=1h1d"]),
      ("mco-reporter", reporter_main, ["--output=-"])],  # --prometheus-url is required
 )  # fmt: skip
 def test_subcommands_and_values_fail_the_same_way(prog, main, argv, capsys):

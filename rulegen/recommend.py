@@ -1,0 +1,372 @@
+"""``mco-rulegen recommend``: thresholds proposed from the engine's history, and a replay of
+what the current and the proposed configurations would have done over the same history.
+
+Each signal is computed from the raw exporter series (``Catalog.inline_expr``), so the history
+can predate the rules. The proposal assumes what MCO is for: interference is the exception, so
+most node-time is quiet. ``warn`` sits six robust standard deviations above the median of all
+node-time (1.4826 × the median absolute deviation: a few episodes barely move it, unlike a mean
+or a high percentile); ``critical`` is the median of the node-time beyond ``warn``, the typical
+level of the episodes, when there are enough of them to say. Signals where lower is worse are
+mirrored. The replay runs in the engine (``sum_over_time`` and ``changes`` over subqueries), so
+it costs one answer per node whatever the range.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from mco import selfmetrics
+from reporter.promql import PromQLClient
+from rulegen.catalog import CATALOG, Catalog, Signal
+from rulegen.durations import format_duration
+from rulegen.model import DetectionRuleConfig, Threshold, from_spec
+from rulegen.render import format_number
+
+NODE_INFO: Final = selfmetrics.EXPORTER_NODE_INFO
+PRESSURE_AVAILABLE: Final = "mco_pressure_available"
+SIGMAS: Final = 6.0  # warn = median + SIGMAS robust standard deviations
+MAD_TO_SIGMA: Final = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
+MIN_EPISODE_SHARE: Final = 0.001  # beyond warn, at least this share of node-time ...
+MIN_EPISODE_SAMPLES: Final = 10  # ... and this many samples to place critical from them
+RESERVOIR: Final = 200_000  # samples kept per signal (uniformly chosen beyond that)
+POINTS_PER_QUERY: Final = 100_000  # nodes x steps asked for in one range query
+
+
+class _Series(msgspec.Struct, gc=False):
+    metric: dict[str, str]
+    values: list[tuple[float, str]]
+
+
+class _Sample(msgspec.Struct, gc=False):
+    metric: dict[str, str]
+    value: tuple[float, str]
+
+
+@dataclass
+class Reservoir:
+    """A uniform sample of at most ``size`` values of a stream (Vitter's algorithm R),
+    seeded so the same history gives the same proposal."""
+
+    size: int = RESERVOIR
+    seen: int = 0
+    values: array[float] = field(default_factory=lambda: array("d"))
+    # Not for secrets: a fixed seed makes the sample, and so the proposal, repeatable.
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # noqa: S311
+
+    def add(self, value: float) -> None:
+        self.seen += 1
+        if len(self.values) < self.size:
+            self.values.append(value)
+            return
+        slot = self.rng.randrange(self.seen)
+        if slot < self.size:
+            self.values[slot] = value
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    signal: Signal
+    current: Threshold
+    proposed: Threshold | None  # None: nothing could be computed (see ``reasons``)
+    reasons: tuple[str, ...]
+    samples: int
+
+
+def _round(value: float) -> float:
+    """Three significant digits: thresholds are judgements, not measurements."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.3g}")
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def propose(signal: Signal, current: Threshold, values: Sequence[float]) -> Proposal:
+    """``warn`` and ``critical`` for ``signal`` from its history ``values`` (all nodes, all
+    times), each with the reason it is where it is."""
+    clean = sorted(v for v in values if math.isfinite(v))
+    if not clean:
+        return Proposal(signal, current, None, ("no history: kept the current thresholds",), 0)
+    sign = -1.0 if signal.lower_is_worse else 1.0
+    oriented = sorted(sign * v for v in clean)  # larger is worse from here on
+    median = statistics.median(oriented)
+    mad = statistics.median(abs(v - median) for v in oriented)
+    sigma = MAD_TO_SIGMA * mad
+    spread = f"1.4826 × MAD {format_number(_round(sigma))}"
+    if sigma == 0:
+        # More than half the node-time at one value (an idle signal): the spread of the
+        # quieter 99 % stands in.
+        sigma = (_quantile(oriented, 0.99) - median) / 2.326
+        spread = f"(P99 − median) / 2.326 = {format_number(_round(sigma))}, the MAD being 0"
+    if sigma <= 0:
+        return Proposal(
+            signal,
+            current,
+            None,
+            (
+                f"the signal never moved (always {format_number(_round(sign * median))}): "
+                "kept the current thresholds",
+            ),
+            len(clean),
+        )
+    warn = median + SIGMAS * sigma
+    above = [v for v in oriented if v > warn]
+    share = len(above) / len(oriented)
+    reasons = [
+        f"warn: median {format_number(_round(sign * median))} "
+        f"{'−' if sign < 0 else '+'} {SIGMAS:g} robust σ ({spread}); "
+        f"{share:.2%} of node-time beyond it"
+    ]
+    pw = sign * warn  # back in the signal's own direction
+    if len(above) >= MIN_EPISODE_SAMPLES and share >= MIN_EPISODE_SHARE:
+        pc = sign * max(statistics.median(above), warn + SIGMAS * sigma / 2)
+        reasons.append(
+            f"critical: median of the node-time beyond warn (the episodes, {len(above)} "
+            "samples), at least warn + 3 σ"
+        )
+    else:
+        ratio = current.critical / current.warn if current.warn > 0 else 2.0
+        pc = pw * ratio
+        reasons.append(
+            f"critical: too few samples beyond warn ({len(above)}) to place it from them: "
+            f"warn × the current critical/warn ratio {format_number(_round(ratio))}"
+        )
+    lo, hi = 0.0, signal.maximum if signal.maximum is not None else 1e12
+    pw, pc = min(max(pw, lo), hi), min(max(pc, lo), hi)
+    pw, pc = _round(pw), _round(pc)
+    if (pw >= pc) != signal.lower_is_worse or pw == pc:
+        return Proposal(
+            signal,
+            current,
+            None,
+            (
+                *reasons,
+                "the proposal collapses at the signal's bounds: kept the current thresholds",
+            ),
+            len(clean),
+        )
+    return Proposal(signal, current, Threshold(pw, pc), tuple(reasons), len(clean))
+
+
+def _where(signal: Signal, catalog: Catalog) -> tuple[str, str]:
+    """``(detection key, "signals"|"fallback")``: where the signal's thresholds live."""
+    return signal.detection, "fallback" if signal.fallback else "signals"
+
+
+async def node_count(client: PromQLClient, at: float) -> int:
+    samples, _ = await client.query(f"count(count by (node) ({NODE_INFO}))", at, _Sample)
+    return int(float(samples[0].value[1])) if samples else 0
+
+
+async def history(
+    client: PromQLClient, expr: str, start: float, end: float, step: float, nodes: int
+) -> Reservoir:
+    """Every (node, time) value of ``expr`` in [start, end], in range queries small enough to
+    answer, folded into one bounded sample."""
+    reservoir = Reservoir()
+    span = max(10, POINTS_PER_QUERY // max(1, nodes)) * step
+    t = start
+    while t <= end:
+        chunk_end = min(end, t + span - step)
+        series, _ = await client.query_range(expr, t, chunk_end, step, _Series)
+        for s in series:
+            for _, text in s.values:
+                value = float(text)
+                if math.isfinite(value):
+                    reservoir.add(value)
+        t = chunk_end + step
+    return reservoir
+
+
+async def recommend(
+    client: PromQLClient,
+    config: DetectionRuleConfig,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    window: int,
+    catalog: Catalog = CATALOG,
+) -> list[Proposal]:
+    nodes = await node_count(client, end)
+    proposals = []
+    for signal in catalog.signals:
+        expr = catalog.inline_expr(signal, format_duration(window))
+        values = await history(client, expr, start, end, step, nodes)
+        proposals.append(propose(signal, config.threshold(signal.key), values.values))
+    return proposals
+
+
+def proposed_config(
+    config: DetectionRuleConfig, proposals: Sequence[Proposal], catalog: Catalog = CATALOG
+) -> DetectionRuleConfig:
+    """``config`` with every proposal in; raises ``ConfigError`` when the model refuses it."""
+    spec = config.to_spec()
+    for p in proposals:
+        if p.proposed is not None:
+            detection, kind = _where(p.signal, catalog)
+            spec["detections"][detection][kind][p.signal.key] = {
+                "warn": p.proposed.warn,
+                "critical": p.proposed.critical,
+            }
+    return from_spec(spec, catalog)
+
+
+def patch_yaml(
+    proposals: Sequence[Proposal], header: Sequence[str], catalog: Catalog = CATALOG
+) -> str:
+    """The proposals as a DetectionRuleConfig (``kubectl apply`` merges it as a patch of
+    ``spec.detections``), each with its reasons as comments."""
+    lines = [f"# {h}" for h in header]
+    lines += [
+        "apiVersion: mco.io/v1alpha1",
+        "kind: DetectionRuleConfig",
+        "metadata:",
+        "  name: default",
+        "spec:",
+        "  detections:",
+    ]
+    by_place: dict[tuple[str, str], list[Proposal]] = {}
+    for p in proposals:
+        by_place.setdefault(_where(p.signal, catalog), []).append(p)
+    skipped = []
+    for detection in (d.key for d in catalog.detections):
+        entries = [(kind, p) for (d, kind), ps in by_place.items() if d == detection for p in ps]
+        chosen = [(kind, p) for kind, p in entries if p.proposed is not None]
+        skipped += [p for _, p in entries if p.proposed is None]
+        if not chosen:
+            continue
+        lines.append(f"    {detection}:")
+        for kind in ("signals", "fallback"):
+            group = [p for k, p in chosen if k == kind]
+            if not group:
+                continue
+            lines.append(f"      {kind}:")
+            for p in group:
+                assert p.proposed is not None
+                lines += [f"        # {r}" for r in p.reasons]
+                lines.append(
+                    f"        {p.signal.key}: {{warn: {format_number(p.proposed.warn)}, "
+                    f"critical: {format_number(p.proposed.critical)}}}  "
+                    f"# was {format_number(p.current.warn)}, {format_number(p.current.critical)}"
+                    f"; {p.samples} samples"
+                )
+    for p in skipped:
+        lines.append(f"# {p.signal.key}: not proposed: {'; '.join(p.reasons)}")
+    return "\n".join(lines) + "\n"
+
+
+# --- replay ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReplay:
+    filtered_seconds: float  # node-seconds a hard constraint was exceeded
+    flips: int  # changes of the filtered state
+    triggered_seconds: dict[str, float]  # per detection label
+
+
+def _gate(signal: Signal, catalog: Catalog) -> str:
+    """Where a signal counts, as in the rules, over the raw ``mco_pressure_available``."""
+    if not catalog.detection(signal.detection).psi_fallback:
+        return ""
+    return f" and on (node) (max by (node) ({PRESSURE_AVAILABLE}) == {0 if signal.fallback else 1})"
+
+
+def filtered_expr(config: DetectionRuleConfig, window: str, catalog: Catalog = CATALOG) -> str:
+    """1 while any hard constraint is exceeded on a node (0 otherwise), from raw series."""
+    parts = [
+        f"label_replace(({catalog.inline_expr(catalog.by_key(c.recorded), window)}) "
+        f"{c.operator} bool {format_number(config.hard_constraints[c.key])}, "
+        f'"constraint", "{c.label}", "", "")'
+        for c in catalog.constraints
+    ]
+    return "max by (node) (" + " or ".join(parts) + ")"
+
+
+def triggered_expr(
+    config: DetectionRuleConfig, detection: str, window: str, catalog: Catalog = CATALOG
+) -> str:
+    """1 while any of the detection's signals is at or beyond warn on a node."""
+    parts = []
+    for s in catalog.signals:
+        if s.detection != detection:
+            continue
+        op = "<=" if s.lower_is_worse else ">="
+        warn = format_number(config.threshold(s.key).warn)
+        condition = f"(({catalog.inline_expr(s, window)}) {op} bool {warn}){_gate(s, catalog)}"
+        parts.append(f'label_replace({condition}, "signal", "{s.label}", "", "")')
+    return "max by (node) (" + " or ".join(parts) + ")"
+
+
+async def _per_node(client: PromQLClient, expr: str, at: float) -> dict[str, float]:
+    samples, _ = await client.query(expr, at, _Sample)
+    return {s.metric.get("node", ""): float(s.value[1]) for s in samples}
+
+
+async def replay(
+    client: PromQLClient,
+    config: DetectionRuleConfig,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    window: int,
+    catalog: Catalog = CATALOG,
+) -> dict[str, NodeReplay]:
+    """What ``config`` would have done over [start, end] at ``step``, per node."""
+    w = format_duration(window)
+    span = f"{int(end - start)}s:{format_number(step)}s"
+    filtered = filtered_expr(config, w, catalog)
+    seconds = await _per_node(client, f"sum_over_time(({filtered})[{span}]) * {step:g}", end)
+    flips = await _per_node(client, f"changes(({filtered})[{span}])", end)
+    triggered: dict[str, dict[str, float]] = {}
+    for d in catalog.detections:
+        expr = f"sum_over_time(({triggered_expr(config, d.key, w, catalog)})[{span}]) * {step:g}"
+        triggered[d.label] = await _per_node(client, expr, end)
+    nodes = sorted(set(seconds) | {n for t in triggered.values() for n in t})
+    return {
+        n: NodeReplay(
+            seconds.get(n, 0.0),
+            int(flips.get(n, 0.0)),
+            {d: t.get(n, 0.0) for d, t in triggered.items()},
+        )
+        for n in nodes
+    }
+
+
+def replay_table(current: dict[str, NodeReplay], proposed: dict[str, NodeReplay]) -> list[str]:
+    """Per node: filtered node-seconds, flips and triggered seconds, current → proposed."""
+    detections = sorted(
+        {d for r in (*current.values(), *proposed.values()) for d in r.triggered_seconds}
+    )
+    head = ["node", "filtered s", "flips", *[f"{d} s" for d in detections]]
+    rows = [head]
+    empty = NodeReplay(0.0, 0, {})
+    for node in sorted(set(current) | set(proposed)):
+        c, p = current.get(node, empty), proposed.get(node, empty)
+        rows.append(
+            [
+                node,
+                f"{c.filtered_seconds:g} → {p.filtered_seconds:g}",
+                f"{c.flips} → {p.flips}",
+                *[
+                    f"{c.triggered_seconds.get(d, 0):g} → {p.triggered_seconds.get(d, 0):g}"
+                    for d in detections
+                ],
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
