@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +38,11 @@ from mco.settings import (
     web_settings,
 )
 from mco.webconfig import WebSettings
+from reporter.promql import PromQLClient, SourceConfig, SourceError
 from reporter.source_flags import add_source_flags, source_config
-from rulegen import guard, history
+from rulegen import guard, history, recommend
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
+from rulegen.durations import format_duration
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
 from rulegen.render import render_prometheusrule, render_rules
 from rulegen.rollback import RollbackError, rollback
@@ -143,7 +146,41 @@ def build_parser() -> argparse.ArgumentParser:
     back.add_argument("--config-name", default=DEFAULT_NAME, help="DetectionRuleConfig name")
     back.add_argument("--kubeconfig", help="kubeconfig file (default: ~/.kube/config)")
     back.add_argument("--context", help="kubeconfig context")
-    for p in (render, ctl, back):
+    rec = sub.add_parser(
+        "recommend", help="propose thresholds from the engine's history (and replay them)"
+    )
+    add_source_flags(rec, required=True, url_help="PromQL API holding the exporters' history")
+    rec.add_argument(
+        "--range",
+        type=duration,
+        default=7 * 86400.0,
+        metavar="DURATION",
+        help="how far back to look (default 7d)",
+    )
+    rec.add_argument(
+        "--step",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="resolution of the history (default 1m)",
+    )
+    rec.add_argument(
+        "--window",
+        type=duration,
+        metavar="DURATION",
+        help="smoothing window of the signals (default: the config's window; widen it for "
+        "history scraped less often than twice per window)",
+    )
+    rec.add_argument(
+        "--config", type=Path, help="the DetectionRuleConfig in force (default: built-in)"
+    )
+    rec.add_argument("-o", "--output", default="-", help="file to write (default: stdout)")
+    rec.add_argument(
+        "--replay",
+        action="store_true",
+        help="also replay the current and the proposed configs over the same history",
+    )
+    for p in (render, ctl, back, rec):
         add_log_flags(p)
     return parser
 
@@ -186,7 +223,21 @@ class RollbackCommand:
     log: LogSettings = field(default_factory=LogSettings)
 
 
-Command = RenderSettings | ControllerCommand | RollbackCommand
+@dataclass(frozen=True, slots=True)
+class RecommendCommand:
+    """``mco-rulegen recommend``: which history, judged against which config, written where."""
+
+    source: SourceConfig
+    range_seconds: float
+    step: float
+    window: int | None  # None: the config's
+    config: Path | None = None
+    output: str = "-"
+    replay: bool = False
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+Command = RenderSettings | ControllerCommand | RollbackCommand | RecommendCommand
 
 
 def settings_from_args(args: argparse.Namespace) -> Command:
@@ -199,6 +250,24 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             name=args.name,
             namespace=args.namespace,
             labels=_labels(args.label),
+            log=log_settings(args),
+        )
+    if args.command == "recommend":
+        source = source_config(args)
+        if source is None:
+            raise ValueError("--prometheus-url is required")
+        if args.step <= 0 or args.range < args.step:
+            raise ValueError("--step must be positive and --range at least one step")
+        if args.window is not None and (args.window < 1 or args.window != int(args.window)):
+            raise ValueError("--window must be whole seconds, at least 1s")
+        return RecommendCommand(
+            source=source,
+            range_seconds=args.range,
+            step=args.step,
+            window=None if args.window is None else int(args.window),
+            config=args.config,
+            output=args.output,
+            replay=args.replay,
             log=log_settings(args),
         )
     if args.command == "rollback":
@@ -265,6 +334,56 @@ def cmd_render(s: RenderSettings) -> int:
             Path(s.output).write_text(text)
         except OSError as exc:
             print(f"mco-rulegen: cannot write {s.output}: {exc.strerror}", file=sys.stderr)
+            return 1
+    return 0
+
+
+async def cmd_recommend(command: RecommendCommand) -> int:
+    try:
+        config = load_config(command.config) if command.config else DetectionRuleConfig.default()
+    except (ConfigError, ValueError) as exc:
+        return fail("mco-rulegen", f"--config: {exc}")
+    window = command.window or config.window
+    end = time.time()
+    start = end - command.range_seconds
+    try:
+        async with PromQLClient(command.source) as client:
+            proposals = await recommend.recommend(
+                client, config, start=start, end=end, step=command.step, window=window
+            )
+            try:
+                proposed = recommend.proposed_config(config, proposals)
+            except ConfigError as exc:
+                return fail("mco-rulegen", f"the proposal does not validate: {exc}")
+            replays = None
+            if command.replay:
+                replays = (
+                    await recommend.replay(
+                        client, config, start=start, end=end, step=command.step, window=window
+                    ),
+                    await recommend.replay(
+                        client, proposed, start=start, end=end, step=command.step, window=window
+                    ),
+                )
+    except SourceError as exc:
+        print(f"mco-rulegen: {exc.message}", file=sys.stderr)
+        return 1
+    header = [
+        f"Proposed by mco-rulegen recommend from {client.where} over the last "
+        f"{format_duration(int(command.range_seconds))} at {command.step:g}s steps, "
+        f"signals over {format_duration(window)} windows.",
+    ]
+    text = recommend.patch_yaml(proposals, header)
+    if replays is not None:
+        text += "# Replay over the same history, current → proposed (node-seconds):\n"
+        text += "".join(f"#   {line}\n" for line in recommend.replay_table(*replays))
+    if command.output == "-":
+        sys.stdout.write(text)
+    else:
+        try:
+            Path(command.output).write_text(text)
+        except OSError as exc:
+            print(f"mco-rulegen: cannot write {command.output}: {exc.strerror}", file=sys.stderr)
             return 1
     return 0
 
@@ -368,6 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(settings, RenderSettings):
         start_logging(settings.log)
         return cmd_render(settings)
+    if isinstance(settings, RecommendCommand):
+        start_logging(settings.log)
+        return asyncio.run(cmd_recommend(settings))
     if isinstance(settings, RollbackCommand):
         start_logging(settings.log)
         return asyncio.run(cmd_rollback(settings))

@@ -132,7 +132,7 @@ def propose(signal: Signal, current: Threshold, values: Sequence[float]) -> Prop
         pc = sign * max(statistics.median(above), warn + SIGMAS * sigma / 2)
         reasons.append(
             f"critical: median of the node-time beyond warn (the episodes, {len(above)} "
-            "samples), at least warn + 3 σ"
+            "samples), at least 3 σ beyond warn"
         )
     else:
         ratio = current.critical / current.warn if current.warn > 0 else 2.0
