@@ -43,6 +43,10 @@ class RuleConfigSource:
     ) -> None:
         self.path = path
         self.config = DetectionRuleConfig.default()
+        # metadata.generation of the API object whose config is in force; None for a file or
+        # the built-in defaults. Moves only with an accepted object (a rejected one changes
+        # nothing), so the report's status.config never carries a rejected generation.
+        self.generation: int | None = None
         self._stamp: tuple[int, int] | None = None
         # Set once the first read of the API's object ended (found, absent, or failed: the
         # config in force then stays); at once for a file or the built-in defaults.
@@ -116,6 +120,7 @@ class RuleConfigSource:
         if self.config != DetectionRuleConfig.default():
             log.info("no DetectionRuleConfig/default; using the built-in defaults")
         self.config = DetectionRuleConfig.default()
+        self.generation = None
 
     def _take(self, raw: msgspec.Raw) -> None:
         try:
@@ -134,6 +139,8 @@ class RuleConfigSource:
         if config != self.config:
             log.info("rule config loaded from the API", extra={"hash": config.config_hash()})
         self.config = config
+        generation = obj.get("metadata", {}).get("generation")
+        self.generation = generation if isinstance(generation, int) else None
 
     def _reload_file(self) -> None:
         assert self.path is not None
