@@ -63,16 +63,16 @@ def matches(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
         if labels.get(key) != value:
             return False
     for req in selector.match_expressions:
-        value = labels.get(req.key)
+        found = labels.get(req.key)
         op = req.operator
         if op == "In":
-            ok = value is not None and value in req.values
+            ok = found is not None and found in req.values
         elif op == "NotIn":
-            ok = value is None or value not in req.values
+            ok = found is None or found not in req.values
         elif op == "Exists":
-            ok = value is not None
+            ok = found is not None
         else:  # DoesNotExist
-            ok = value is None
+            ok = found is None
         if not ok:
             return False
     return True
