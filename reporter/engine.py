@@ -160,7 +160,9 @@ class Reporter:
         m.stale_nodes.set(result.stale)
         m.lagging_nodes.set(result.lagging)
         view = self.tracker.view()
-        view.config = self._report_config
+        # No config while the object in the API was never accepted: readers keep the last good
+        # one they have (an API sink leaves the field as written; a reader keeps its last).
+        view.config = None if self.rules.unaccepted else self._report_config
         written = await self.sink.write(view)
         m.wrote(self.sink.medium, written)
         if not written.ok and outcome.ok:

@@ -242,3 +242,50 @@ async def test_status_config_follows_the_accepted_rule_config_and_never_a_reject
         finally:
             term.cancel()
             await asyncio.gather(term, return_exceptions=True)
+
+
+async def test_a_reporter_starting_on_a_rejected_rule_config_writes_no_status_config(
+    kapi: VersionedKubernetes, api_client, tmp_path: Path
+) -> None:
+    """The built-in defaults the reporter falls back to are not the accepted config: the
+    report leaves status.config out (readers keep what they had) until an object is accepted."""
+    kapi.resources[DRC] = kmock.ResourceInfo(kind="DetectionRuleConfig", namespaced=False)
+    bad = yaml.safe_load(config_yaml(0.7))
+    bad["metadata"]["generation"] = 4
+    bad["spec"]["policies"] = [{"name": "online", "maxLevel": 2}]
+    await kapi.post(DRC_PATH, json=bad)
+    plan = Plan(compact=False)
+    out = tmp_path / "report.json"
+
+    def status() -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = json.loads(out.read_text())["status"]
+        except (OSError, ValueError):
+            return {}
+        return found
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {"a": quiet_values(plan)}
+        rules = RuleConfigSource(api_client=api_client, watch=FAST)
+        reporter = Reporter(
+            source=source,
+            rules=rules,
+            plan=plan,
+            epsilon=Epsilon(),
+            metrics=ReporterMetrics(),
+            sink=FileSink(str(out), LayoutChooser("cluster")),
+        )
+        term = asyncio.create_task(reporter.lead(0.05))
+        try:
+            await eventually(lambda: "a" in status().get("nodes", {}), "the first report")
+            assert rules.unaccepted and "config" not in status()
+            await eventually(watching(kapi), "the watch")
+            await kapi.patch(
+                f"{DRC_PATH}/default",
+                json={"metadata": {"generation": 5}, "spec": {"policies": [{"name": "online"}]}},
+            )
+            await eventually(lambda: status().get("config", {}).get("generation") == 5, "fixed")
+            assert status()["config"]["policies"] == [{"name": "online"}]
+        finally:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)
