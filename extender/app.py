@@ -34,6 +34,7 @@ CONFIG = web.AppKey("config", ExtenderConfig)
 STORE = web.AppKey("store", ReportStore)
 METRICS = web.AppKey("metrics", ExtenderMetrics)
 SOURCE = web.AppKey("source", asyncio.Task[None])
+JUDGE = web.AppKey("judge", Judge)
 BUDGET = web.AppKey("budget", BodyBudget)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
@@ -158,7 +159,7 @@ async def _metrics(request: web.Request) -> web.Response:
 
 async def _nodes(request: web.Request) -> web.Response:
     app = request.app
-    view = node_view(app[STORE], app[CONFIG].verdict, time.time())
+    view = node_view(app[JUDGE], time.time())
     return web.Response(body=_encode(view), content_type=_JSON)
 
 
@@ -190,13 +191,14 @@ def make_app(config: ExtenderConfig) -> web.Application:
     quiet_bad_requests()
     app = web.Application(client_max_size=config.max_body_bytes)
     store = ReportStore()
-    metrics = ExtenderMetrics(store, config.verdict.stale_after, config.verdict.clock_skew)
+    judge = app[JUDGE] = Judge(store, config.verdict)
+    # Staleness follows the config in force (the report's status.config once it has one).
+    metrics = ExtenderMetrics(store, lambda: judge.config.stale_after, config.verdict.clock_skew)
     app[CONFIG] = config
     app[STORE] = store
     app[METRICS] = metrics
     app.cleanup_ctx.append(_report_source)
 
-    judge = Judge(store, config.verdict)
     budget = app[BUDGET] = BodyBudget(config.max_body_memory)
 
     def route(name: str, answer: Answer) -> Handler:

@@ -72,13 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration,
         default=30.0,
         metavar="DURATION",
-        help="entries older than this count as missing (default 30s)",
+        help="entries older than this count as missing (default 30s); the report's "
+        "status.config (spec.report.staleAfter) overrides it once present",
     )
     verdicts.add_argument(
         "--neutral-score",
         type=float,
         default=50.0,
-        help="0-100 score for missing or stale data (default 50, i.e. 5 for kube-scheduler)",
+        help="0-100 score for missing or stale data (default 50, i.e. 5 for kube-scheduler); "
+        "the report's status.config (spec.report.neutralScore) overrides it once present",
     )
     verdicts.add_argument(
         "--fail-closed",

@@ -18,18 +18,25 @@ ahead, and a stale one may turn fresh whenever the heartbeat moves. An entry dat
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
 from extender.config import VerdictConfig
+from extender.policy import LiveConfig, PolicySet, from_report
 from extender.reports import KnownNode, ReportStore
 from extender.verdict import NodeFacts, PodFacts, Verdict, decide
+from mco.policy import Policy
+from reporter.schema import ReportConfig
+
+log = logging.getLogger("mco.extender.judge")
 
 # Verdicts kept by all tables together. An entry costs ~0.3 KiB (the verdict, its message, the
 # dict slots and expiry times), so this is ~40 MiB at most: one table per Kata runtime class in
-# use plus the one for other pods, at 5,000 nodes, with room to spare. A single table larger
-# than this (a store of more nodes) is kept alone.
+# use and per policy (spec.policies holds at most 16; a cluster uses a handful), at 5,000
+# nodes; the least recently used go first. A single table larger than this (a store of more
+# nodes) is kept alone.
 MAX_TABLE_ENTRIES = 131_072
 _TABLE_COST = 64  # a table's own cost, in entries, so that even empty tables are bounded
 
@@ -178,17 +185,38 @@ class _Table:
 
 
 class Judge:
-    """The store and the configuration, asked by the wire formats for verdicts."""
+    """The store and the configuration in force, asked by the wire formats for verdicts.
+
+    The configuration starts as the flags with the shipped policies and follows the report's
+    ``status.config`` from then on (``extender.policy``); a change drops every table.
+    """
 
     def __init__(
         self, store: ReportStore, config: VerdictConfig, max_entries: int = MAX_TABLE_ENTRIES
     ) -> None:
         self.store = store
-        self.config = config
+        self._flags = config
+        self.live = LiveConfig(config, PolicySet())
         self._max_entries = max_entries
-        self._tables: dict[str | None, _Table] = {}  # least recently used first
+        # Keyed by (Kata runtime class or None, policy name); least recently used first.
+        self._tables: dict[tuple[str | None, str], _Table] = {}
         self._current: _Table | None = None
         store.subscribe(self._changed)
+        store.subscribe_config(self._configured)
+        if store.config is not None:
+            self._configured(store.config)
+
+    @property
+    def config(self) -> VerdictConfig:
+        return self.live.verdict
+
+    @property
+    def policies(self) -> PolicySet:
+        return self.live.policies
+
+    def policy_for(self, labels: Mapping[str, str] | None) -> Policy:
+        """The workload-class policy of a pod with ``labels``, from the policies in force."""
+        return self.live.policies.policy_for(labels)
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
         """One node, with whatever the request told about it (its Kata label)."""
@@ -200,7 +228,7 @@ class Judge:
 
     def names(self, names: Sequence[str], pod: PodFacts, now: float) -> list[Verdict]:
         """Many nodes known only by name: ``decide`` for each, served from the tables."""
-        key = pod.runtime_class if pod.wants_kata else None
+        key = (pod.runtime_class if pod.wants_kata else None, pod.policy.name)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = _Table(self.store, pod, self.config)
@@ -229,6 +257,27 @@ class Judge:
             if table is not keep:
                 del self._tables[key]
                 total -= table.cost()
+
+    def _configured(self, report: ReportConfig) -> None:
+        live = from_report(self._flags, report)
+        if live is None:
+            return
+        same = (
+            live.verdict == self.live.verdict and live.policies.policies == self.policies.policies
+        )
+        self.live = live
+        if not same:
+            self._tables.clear()
+            self._current = None
+            log.info(
+                "following status.config of the report",
+                extra={
+                    "generation": live.generation,
+                    "stale_after": live.verdict.stale_after,
+                    "neutral_score": live.verdict.neutral_score,
+                    "policies": [p.name for p in live.policies.policies],
+                },
+            )
 
     def _changed(self, changes: Mapping[str, bool]) -> None:
         for table in self._tables.values():

@@ -14,8 +14,17 @@ from operator import itemgetter
 import msgspec
 
 from extender.judge import Judge
-from extender.verdict import NodeFacts, Verdict, pod_facts
-from extender.wire import UNDECODABLE, BadRequest, Body, Node, Pod, decode_error, runtime_class
+from extender.verdict import NodeFacts, PodFacts, Verdict, pod_facts
+from extender.wire import (
+    UNDECODABLE,
+    BadRequest,
+    Body,
+    Node,
+    Pod,
+    decode_error,
+    pod_labels,
+    runtime_class,
+)
 
 
 class _RawNodeList(msgspec.Struct, gc=False):
@@ -87,8 +96,13 @@ def _raw_nodes(items: list[msgspec.Raw]) -> Iterator[tuple[NodeFacts, msgspec.Ra
         yield facts, raw
 
 
+def _pod(pod: Pod | None, judge: Judge) -> PodFacts:
+    """What the verdict needs of the Pod: its runtime class and its policy."""
+    return pod_facts(runtime_class(pod), judge.config, judge.policy_for(pod_labels(pod)))
+
+
 def filter_nodes(args: FilterArgs, judge: Judge, now: float) -> tuple[FilterResult, list[Verdict]]:
-    pod = pod_facts(runtime_class(args.pod), judge.config)
+    pod = _pod(args.pod, judge)
     nodes = list(_raw_nodes(args.nodes.items or [])) if args.nodes is not None else []
     if args.node_names is None and args.nodes is not None:
         names = [facts.name for facts, _raw in nodes]
@@ -116,7 +130,7 @@ _KUBE_SCORE = itemgetter(4)  # Verdict.kube_score, read at C speed
 def prioritize(
     args: PrioritizeArgs, judge: Judge, now: float
 ) -> tuple[list[HostPriority], list[Verdict]]:
-    pod = pod_facts(runtime_class(args.pod), judge.config)
+    pod = _pod(args.pod, judge)
     facts = [node.facts() for node in args.nodes.items or ()] if args.nodes is not None else []
     if not all(f.name for f in facts):
         raise BadRequest("a node in Nodes.items has no metadata.name")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -35,9 +35,11 @@ _REASON = itemgetter(1)  # Verdict.reason, read at C speed
 class ReportCollector(Collector):
     """Report freshness computed at scrape time from the store (no bookkeeping on updates)."""
 
-    def __init__(self, store: ReportStore, stale_after: float, clock_skew: float) -> None:
+    def __init__(
+        self, store: ReportStore, stale_after: Callable[[], float], clock_skew: float
+    ) -> None:
         self._store = store
-        self._stale_after = stale_after
+        self._stale_after = stale_after  # read at each scrape: it follows the report's config
         self._clock_skew = clock_skew
 
     def collect(self) -> Iterator[Metric]:
@@ -55,7 +57,7 @@ class ReportCollector(Collector):
             "Nodes in the loaded reports by freshness.",
             labels=["state"],
         )
-        stale_after, ahead = self._stale_after, -self._clock_skew  # dated ahead: stale too
+        stale_after, ahead = self._stale_after(), -self._clock_skew  # dated ahead: stale too
         stale = sum(1 for a in ages if a > stale_after or a <= ahead)
         nodes.add_metric(["fresh"], float(len(ages) - stale))
         nodes.add_metric(["stale"], float(stale))
@@ -98,7 +100,10 @@ class ReportCollector(Collector):
 
 class ExtenderMetrics:
     def __init__(
-        self, store: ReportStore, stale_after: float, clock_skew: float = CLOCK_SKEW
+        self,
+        store: ReportStore,
+        stale_after: float | Callable[[], float],
+        clock_skew: float = CLOCK_SKEW,
     ) -> None:
         multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         self.registry = CollectorRegistry(auto_describe=False)
@@ -106,7 +111,8 @@ class ExtenderMetrics:
         owner = None if multiprocess_dir else self.registry
         if multiprocess_dir:
             MultiProcessCollector(self.registry, multiprocess_dir)  # type: ignore[no-untyped-call]
-        self.registry.register(ReportCollector(store, stale_after, clock_skew))
+        follow = stale_after if callable(stale_after) else lambda: float(stale_after)
+        self.registry.register(ReportCollector(store, follow, clock_skew))
         self._duration = Histogram(
             selfmetrics.EXTENDER_REQUEST_DURATION,
             "Time to answer a request, by route (body read included).",

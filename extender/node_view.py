@@ -8,8 +8,9 @@ import time
 import msgspec
 
 from extender.config import VerdictConfig
-from extender.reports import ReportStore
+from extender.judge import Judge
 from extender.verdict import NodeFacts, PodFacts, Verdict, decide, is_stale
+from mco.policy import Policy
 from reporter.schema import DetectionState, Violation, format_time
 
 
@@ -24,8 +25,9 @@ class VerdictView(msgspec.Struct, rename="camel"):
 
 class NodeView(msgspec.Struct, rename="camel"):
     name: str
-    verdict: VerdictView  # for a pod without a Kata runtime class
-    kata_verdict: VerdictView  # for a pod whose runtimeClassName matches the Kata globs
+    verdict: VerdictView  # for a pod without labels and without a Kata runtime class
+    kata_verdict: VerdictView  # for such a pod whose runtimeClassName matches the Kata globs
+    policy_verdicts: dict[str, VerdictView]  # for a pod of each policy in force, by name
     level: float | None
     schedulable: bool
     kata_ready: bool
@@ -47,6 +49,9 @@ class NodesView(msgspec.Struct, rename="camel"):
     fail_closed: bool
     neutral_score: float
     kata_runtime_classes: list[str]
+    config_source: str  # "flags" until a report carries status.config, then "report"
+    config_generation: int | None  # the DetectionRuleConfig's, when the report says
+    policies: list[Policy]  # in force, first match wins
     layouts: dict[str, int]
     heartbeat: str | None  # lastSyncTime of the `cluster` report object
     nodes: list[NodeView]
@@ -63,9 +68,12 @@ def _view(verdict: Verdict, config: VerdictConfig) -> VerdictView:
     )
 
 
-def node_view(store: ReportStore, config: VerdictConfig, now: float) -> NodesView:
-    plain = PodFacts(None, False)
-    kata = PodFacts(config.kata_globs[0], True)
+def node_view(judge: Judge, now: float) -> NodesView:
+    store, config, live = judge.store, judge.config, judge.live
+    unlabelled = judge.policy_for(None)
+    plain = PodFacts(None, False, unlabelled)
+    kata = PodFacts(config.kata_globs[0], True, unlabelled)
+    classes = {p.name: PodFacts(None, False, p) for p in live.policies.policies}
     nodes = []
     for name in sorted(store.nodes):
         known = store.nodes[name]
@@ -78,6 +86,10 @@ def node_view(store: ReportStore, config: VerdictConfig, now: float) -> NodesVie
                 name=name,
                 verdict=_view(decide(entry, held, plain, facts, config, now), config),
                 kata_verdict=_view(decide(entry, held, kata, facts, config, now), config),
+                policy_verdicts={
+                    name: _view(decide(entry, held, pod, facts, config, now), config)
+                    for name, pod in classes.items()
+                },
                 level=entry.level,
                 schedulable=entry.schedulable,
                 kata_ready=entry.kata_ready,
@@ -99,6 +111,9 @@ def node_view(store: ReportStore, config: VerdictConfig, now: float) -> NodesVie
         fail_closed=config.fail_closed,
         neutral_score=config.neutral_score,
         kata_runtime_classes=list(config.kata_globs),
+        config_source=live.source,
+        config_generation=live.generation,
+        policies=list(live.policies.policies),
         layouts=store.layouts(),
         heartbeat=format_time(store.heartbeat) if math.isfinite(store.heartbeat) else None,
         nodes=nodes,

@@ -18,6 +18,7 @@ from reporter.schema import (
     LAYOUT_LABEL,
     NodeEntry,
     NodeInterferenceReport,
+    ReportConfig,
     parse_time,
 )
 
@@ -57,6 +58,7 @@ class KnownNode:
 
 
 Listener = Callable[[Mapping[str, bool]], None]
+ConfigListener = Callable[[ReportConfig], None]
 
 
 class ReportStore:
@@ -69,7 +71,13 @@ class ReportStore:
         self._nodes: dict[str, KnownNode] = {}
         self._holders: dict[str, set[str]] = {}  # node -> objects holding it
         self._listeners: list[Listener] = []
+        self._config_listeners: list[ConfigListener] = []
         self._changes: dict[str, bool] = {}
+        # status.config of the object named "cluster": the accepted DetectionRuleConfig's
+        # report settings and policies. Kept when that object goes or comes back without it
+        # (an older reporter): the last config a report carried stays in force.
+        self.config: ReportConfig | None = None
+        self._config_changed = False
         # lastSyncTime of the object named "cluster" (both layouts have it): live entries hold
         # up to it (the reporter's freshness rule, reporter.schema).
         self.heartbeat = -math.inf
@@ -85,6 +93,10 @@ class ReportStore:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def subscribe_config(self, listener: ConfigListener) -> None:
+        """Hear each new ``status.config`` (before the node changes of the same update)."""
+        self._config_listeners.append(listener)
 
     def layouts(self) -> dict[str, int]:
         """How many objects of each layout are held (for /metrics and /v1/nodes)."""
@@ -119,6 +131,10 @@ class ReportStore:
         name = report.metadata.name
         if name == CLUSTER_REPORT_NAME:
             self.heartbeat = parse_time(report.status.last_sync_time)
+            config = report.status.config
+            if config is not None and config != self.config:
+                self.config = config
+                self._config_changed = True
         old = self._objects.get(name, {})
         parsed: dict[str, float] = {}  # a reporter cycle stamps most nodes with one time
         known: dict[str, KnownNode] = {}
@@ -177,6 +193,10 @@ class ReportStore:
 
     def _publish(self) -> None:
         self.last_change = time.time()
+        if self._config_changed and self.config is not None:
+            self._config_changed = False
+            for config_listener in self._config_listeners:
+                config_listener(self.config)
         changes, self._changes = self._changes, {}
         if changes:
             for listener in self._listeners:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from extender.config import UNSCHEDULABLE_AND_UNRESOLVABLE, VerdictConfig
+from mco.policy import NO_POLICY, Policy
 from reporter.schema import NodeEntry
 
 
 class PodFacts(NamedTuple):
     runtime_class: str | None
     wants_kata: bool
+    policy: Policy = NO_POLICY  # the pod's workload-class policy (extender.policy)
 
 
 class NodeFacts(NamedTuple):
@@ -37,7 +39,8 @@ class Reason:
     STALE: Final = "stale"  # entry older than staleAfter
     KATA_NOT_READY: Final = "kata_not_ready"
     HARD_CONSTRAINT: Final = "hard_constraint"
-    ALL: Final = (OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT)
+    MAX_LEVEL: Final = "max_level"  # level + reservation above the pod's policy's maxLevel
+    ALL: Final = (OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL)
 
 
 class Verdict(NamedTuple):
@@ -62,9 +65,23 @@ def _verdict(passed: bool, reason: str, message: str, score: float, unresolvable
     )
 
 
-def pod_facts(runtime_class: str | None, config: VerdictConfig) -> PodFacts:
+def pod_facts(
+    runtime_class: str | None, config: VerdictConfig, policy: Policy = NO_POLICY
+) -> PodFacts:
     wants_kata = bool(runtime_class) and config.kata_pattern.match(runtime_class or "") is not None
-    return PodFacts(runtime_class, wants_kata)
+    return PodFacts(runtime_class, wants_kata, policy)
+
+
+def weighted_score(level: float, weight: float, neutral: float) -> float:
+    """The score of ``level`` for a policy's ``scoreWeight``: the report's ``100 x (1 - level)``
+    moved toward (weight < 1) or away from (weight > 1) the neutral score, within 0-100.
+    Weight 1 is the report's score; weight 0 gives every node the neutral score, the same as a
+    node without data, so interference does not count at all for such pods."""
+    score = 100.0 * (1.0 - level)
+    if weight != 1.0:
+        score = min(100.0, max(0.0, neutral + weight * (score - neutral)))
+    # Rounded: 100 x (1 - 0.9) is 9.999999999999998 in floating point.
+    return round(score, 6)
 
 
 def _missing(reason: str, message: str, config: VerdictConfig) -> Verdict:
@@ -95,9 +112,12 @@ def decide(
     node: NodeFacts,
     config: VerdictConfig,
     now: float,
+    reserved: float = 0.0,
 ) -> Verdict:
     """``held_until``: Unix time up to which ``entry``'s values are known to hold
-    (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time)."""
+    (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time).
+    ``reserved``: level expected from pods just placed on the node that its data cannot show
+    yet; it counts toward the policy's ``maxLevel`` and the score."""
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -134,19 +154,30 @@ def decide(
             f"{config.clock_skew:g}s or more ahead of this clock",
             config,
         )
+    policy = pod.policy
+    note = ""
     if not entry.schedulable:
-        unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
-        return _verdict(
-            False, Reason.HARD_CONSTRAINT, _violation_text(node.name, entry), 0.0, unresolvable
-        )
+        if policy.hard_constraints == "Enforce":
+            unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+            return _verdict(
+                False, Reason.HARD_CONSTRAINT, _violation_text(node.name, entry), 0.0, unresolvable
+            )
+        note = f"hard constraints ignored by policy {policy.name}"
     if entry.level is None:
+        message = "mco: no detection had data: neutral score"
+        return _verdict(True, Reason.NO_LEVEL, f"{message}; {note}" if note else message,
+                        config.neutral_score, False)  # fmt: skip
+    level = min(1.0, max(0.0, entry.level) + reserved)
+    if policy.max_level is not None and level > policy.max_level:
+        unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+        plus = f" + {reserved:.3g} reserved" if reserved else ""
         return _verdict(
-            True,
-            Reason.NO_LEVEL,
-            "mco: no detection had data: neutral score",
-            config.neutral_score,
             False,
+            Reason.MAX_LEVEL,
+            f"mco: node {node.name} interference level {entry.level:.3g}{plus} is above "
+            f"{policy.max_level:g}, the maxLevel of policy {policy.name}",
+            0.0,
+            unresolvable,
         )
-    level = min(1.0, max(0.0, entry.level))
-    # Rounded: 100 x (1 - 0.9) is 9.999999999999998 in floating point.
-    return _verdict(True, Reason.OK, "", round(100.0 * (1.0 - level), 6), False)
+    score = weighted_score(level, policy.score_weight, config.neutral_score)
+    return _verdict(True, Reason.OK, f"mco: {note}" if note else "", score, False)

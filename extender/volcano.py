@@ -16,8 +16,17 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.judge import Judge
-from extender.verdict import Verdict, pod_facts
-from extender.wire import UNDECODABLE, BadRequest, Body, Node, Pod, decode_error, runtime_class
+from extender.verdict import PodFacts, Verdict, pod_facts
+from extender.wire import (
+    UNDECODABLE,
+    BadRequest,
+    Body,
+    Node,
+    Pod,
+    decode_error,
+    pod_labels,
+    runtime_class,
+)
 
 FAST_PATH_MIN_BYTES = 32 << 10  # smaller bodies decode fully: cheap, and strictly validated
 _MAX_CUTS = 4  # candidate cut points tried before falling back to the full decode
@@ -193,11 +202,17 @@ def decode_prioritize(body: Body, config: VerdictConfig) -> PrioritizeArgs:
     return args
 
 
+def _pod(task: TaskInfo | None, judge: Judge) -> PodFacts:
+    """What the verdict needs of the task's Pod: its runtime class and its policy."""
+    pod = task.pod if task is not None else None
+    return pod_facts(runtime_class(pod), judge.config, judge.policy_for(pod_labels(pod)))
+
+
 def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateResult, Verdict]:
     assert args.node is not None  # checked by decode_predicate
     info = args.node
     facts = (info.node or Node()).facts(info.name)
-    pod = pod_facts(runtime_class(args.task.pod if args.task else None), judge.config)
+    pod = _pod(args.task, judge)
     verdict = judge.node(facts, pod, now)
     if verdict.passed:
         return PredicateResult("", 0), verdict
@@ -207,7 +222,7 @@ def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateR
 def prioritize(
     args: PrioritizeArgs, judge: Judge, now: float
 ) -> tuple[PrioritizeResult, list[Verdict]]:
-    pod = pod_facts(runtime_class(args.task.pod if args.task else None), judge.config)
+    pod = _pod(args.task, judge)
     infos = args.nodes or []
     names = [info.name for info in infos]
     if pod.wants_kata:  # the nodes' Kata labels count

@@ -46,14 +46,23 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     runtime_class_name: str | None = None
 
 
-class Pod(msgspec.Struct, gc=False):
-    """A v1.Pod: only its runtime class matters to the verdict."""
+class PodMeta(msgspec.Struct, gc=False):
+    labels: dict[str, str] | None = None  # they pick the pod's workload-class policy
 
+
+class Pod(msgspec.Struct, gc=False):
+    """A v1.Pod: its runtime class and its labels matter to the verdict."""
+
+    metadata: PodMeta | None = None
     spec: PodSpec | None = None
 
     @property
     def runtime_class(self) -> str | None:
         return self.spec.runtime_class_name if self.spec is not None else None
+
+    @property
+    def labels(self) -> dict[str, str] | None:
+        return self.metadata.labels if self.metadata is not None else None
 
 
 MAX_NAME = 253  # a Kubernetes object name (DNS-1123 subdomain) is at most this long
@@ -66,6 +75,11 @@ def runtime_class(pod: Pod | None) -> str | None:
     if name is not None and len(name) > MAX_NAME:
         raise BadRequest(f"runtimeClassName longer than {MAX_NAME} characters")
     return name
+
+
+def pod_labels(pod: Pod | None) -> dict[str, str] | None:
+    """The pod's labels (None: no pod, or a pod without labels)."""
+    return pod.labels if pod is not None else None
 
 
 # What msgspec raises on bad input: malformed JSON, wrong types, and nesting too deep to follow.

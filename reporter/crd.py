@@ -45,6 +45,16 @@ _HELP: Final[dict[str, str]] = {
     "summary": "At-a-glance figures (the printer columns): the whole report on the object "
     "named cluster, in both layouts; the one node on a per-node object.",
     "status.summary.nodes": "Nodes this summary covers.",
+    "config": "What readers follow from the accepted DetectionRuleConfig (on the object named "
+    "cluster): its report settings and policies. A rejected DetectionRuleConfig never gets here.",
+    "status.config.generation": "metadata.generation of the accepted DetectionRuleConfig "
+    "(absent when the reporter reads a file or the built-in defaults).",
+    "status.config.staleAfter": "Data older than this is stale (spec.report.staleAfter).",
+    "status.config.neutralScore": "Score of a node without fresh data (spec.report.neutralScore).",
+    "status.config.policies": "spec.policies: a pod gets the first policy whose podSelector "
+    "matches its labels.",
+    "status.config.policies[].maxLevel": "Nodes whose level plus reservation is above this are "
+    "filtered for these pods; absent: no limit.",
     "unschedulable": "Nodes with schedulable=false.",
     "maxLevel": "Highest level among the nodes (absent when none has a level).",
     "minScore": "Lowest score among the nodes (absent when none has a score).",
@@ -83,8 +93,8 @@ def _structural(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
     name = path.rpartition(".")[2]
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in ("title", "description", "default", "$defs"):
-            continue
+        if key in ("title", "description", "default", "$defs", "propertyNames"):
+            continue  # propertyNames: not allowed in a structural schema
         if key == "properties":
             out[key] = {k: _structural(v, f"{path}.{k}" if path else k) for k, v in value.items()}
         elif key in ("additionalProperties", "items") and isinstance(value, dict):
@@ -99,8 +109,11 @@ def _structural(schema: dict[str, Any], path: str = "") -> dict[str, Any]:
         out["minimum"] = 0
     if name in _TIMES:
         out["format"] = "date-time"
-    if name in BOUNDS:
+    if name in BOUNDS and not path.startswith("status.config."):
         out["minimum"], out["maximum"] = BOUNDS[name]
+    for bound in ("minimum", "maximum"):  # msgspec writes 100 or 100.0 depending on the Meta
+        if isinstance(out.get(bound), float) and out[bound].is_integer():
+            out[bound] = int(out[bound])
     if path in _HELP:
         out["description"] = _HELP[path]
     elif name in _HELP and (name != "status" or path == "status"):

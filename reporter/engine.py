@@ -21,8 +21,10 @@ from reporter.metrics import ReporterMetrics
 from reporter.promql import PromQLClient, SourceError
 from reporter.query import Plan, fetch
 from reporter.ruleconfig import RuleConfigSource
+from reporter.schema import ReportConfig
 from reporter.sink import Sink, SinkResult
 from reporter.tracker import CycleResult, Tracker
+from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
 
 log = logging.getLogger("mco.reporter")
@@ -35,6 +37,16 @@ class Outcome:
     message: str = ""
     result: CycleResult | None = None
     written: SinkResult | None = None  # what the sink did (None: it was not reached)
+
+
+def report_config(cfg: DetectionRuleConfig, generation: int | None) -> ReportConfig:
+    """``status.config``: what the extender follows from the accepted DetectionRuleConfig."""
+    return ReportConfig(
+        stale_after=format_duration(cfg.report.stale_after),
+        neutral_score=cfg.report.neutral_score,
+        policies=list(cfg.policies),
+        generation=generation,
+    )
 
 
 def settle_memory() -> None:
@@ -69,6 +81,7 @@ class Reporter:
         self.live_within = live_within
         self.refresh_after = refresh_after
         self._config = rules.config
+        self._report_config = report_config(rules.config, rules.generation)
         self.tracker = self._new_tracker(self._config)
         self.seeded = False
         self.settled = False
@@ -103,6 +116,8 @@ class Reporter:
         at = time.time() if at is None else at
         m = self.metrics
         cfg = await self.rules.current()
+        if cfg != self._config or self.rules.generation != self._report_config.generation:
+            self._report_config = report_config(cfg, self.rules.generation)
         if cfg != self._config:
             self._config = cfg
             self.tracker.with_builder(
@@ -144,7 +159,11 @@ class Reporter:
         m.nodes.set(result.nodes)
         m.stale_nodes.set(result.stale)
         m.lagging_nodes.set(result.lagging)
-        written = await self.sink.write(self.tracker.view())
+        view = self.tracker.view()
+        # No config while the object in the API was never accepted: readers keep the last good
+        # one they have (an API sink leaves the field as written; a reader keeps its last).
+        view.config = None if self.rules.unaccepted else self._report_config
+        written = await self.sink.write(view)
         m.wrote(self.sink.medium, written)
         if not written.ok and outcome.ok:
             outcome = Outcome(False, written.message, result)

@@ -331,6 +331,8 @@ class KubeSink:
                 want["lastSyncTime"] = view.last_sync_time
             if view.rule_config_generation is not None:
                 want["ruleConfigGeneration"] = view.rule_config_generation
+            if view.config is not None:
+                want["config"] = msgspec.to_builtins(view.config)
             want["conditions"] = msgspec.to_builtins(view.conditions)
             want["nodeCount"] = len(view.entries)
             want["summary"] = msgspec.to_builtins(view.summary)

@@ -137,6 +137,7 @@ def heartbeat_status(view: ReportView, nodes: dict[str, NodeEntry]) -> ReportSta
         nodes=nodes,
         last_sync_time=view.last_sync_time,
         rule_config_generation=view.rule_config_generation,
+        config=view.config,
         conditions=list(view.conditions),
         node_count=len(view.entries),
         summary=view.summary,

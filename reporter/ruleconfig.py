@@ -43,6 +43,15 @@ class RuleConfigSource:
     ) -> None:
         self.path = path
         self.config = DetectionRuleConfig.default()
+        # metadata.generation of the API object whose config is in force; None for a file or
+        # the built-in defaults. Moves only with an accepted object (a rejected one changes
+        # nothing), so the report's status.config never carries a rejected generation.
+        self.generation: int | None = None
+        # The API's object is present but was rejected before any was accepted: the config in
+        # force is the built-in defaults, which must not be passed off to readers as accepted
+        # (the report's status.config keeps what an earlier reporter wrote).
+        self.unaccepted = False
+        self._accepted = False  # an object of the API was accepted (and not deleted since)
         self._stamp: tuple[int, int] | None = None
         # Set once the first read of the API's object ended (found, absent, or failed: the
         # config in force then stays); at once for a file or the built-in defaults.
@@ -116,6 +125,8 @@ class RuleConfigSource:
         if self.config != DetectionRuleConfig.default():
             log.info("no DetectionRuleConfig/default; using the built-in defaults")
         self.config = DetectionRuleConfig.default()
+        self.generation = None
+        self.unaccepted = self._accepted = False
 
     def _take(self, raw: msgspec.Raw) -> None:
         try:
@@ -130,10 +141,16 @@ class RuleConfigSource:
             log.error(
                 "DetectionRuleConfig rejected; keeping the last good one", extra={"err": str(exc)}
             )
+            self.unaccepted = not self._accepted
             return
+        self.unaccepted = False
+        self._accepted = True
         if config != self.config:
             log.info("rule config loaded from the API", extra={"hash": config.config_hash()})
         self.config = config
+        meta = obj.get("metadata")
+        generation = meta.get("generation") if isinstance(meta, dict) else None
+        self.generation = generation if isinstance(generation, int) else None
 
     def _reload_file(self) -> None:
         assert self.path is not None

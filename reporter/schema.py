@@ -20,9 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
+
+from mco.policy import Policy
+from rulegen.durations import parse_duration
 
 GROUP: Final = "mco.io"
 VERSION: Final = "v1alpha1"
@@ -90,10 +93,25 @@ class ReportSummary(msgspec.Struct, rename="camel", omit_defaults=True):
     stale: int | None = None  # nodes a reader judged stale at the last write (cluster only)
 
 
+class ReportConfig(msgspec.Struct, rename="camel", omit_defaults=True):
+    """What readers of the report follow from the accepted DetectionRuleConfig (the reporter
+    copies it; a rejected config never gets here): its ``report`` settings and ``policies``."""
+
+    stale_after: str  # a DetectionRuleConfig duration, e.g. 30s
+    neutral_score: Annotated[float, msgspec.Meta(ge=0, le=100)]
+    policies: list[Policy] = msgspec.field(default_factory=list)
+    generation: int | None = None  # None: the config came from a file or the defaults
+
+    def stale_after_seconds(self) -> float:
+        """``staleAfter`` in seconds; ValueError when it is not a positive duration."""
+        return float(parse_duration(self.stale_after))
+
+
 class ReportStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     nodes: dict[str, NodeEntry] = msgspec.field(default_factory=dict)
     last_sync_time: str | None = None
     rule_config_generation: int | None = None
+    config: ReportConfig | None = None  # on the object named cluster
     conditions: list[Condition] = msgspec.field(default_factory=list)
     node_count: int | None = None  # nodes in the whole report (set on the `cluster` object)
     summary: ReportSummary | None = None

@@ -32,6 +32,7 @@ from reporter.schema import (
     MAX_CLOCK_SKEW,
     Condition,
     NodeEntry,
+    ReportConfig,
     ReportSummary,
     entry_time,
     format_time,
@@ -75,6 +76,7 @@ class ReportView:
     changed_nodes: set[str] = field(default_factory=set)
     last_seen: dict[str, float] = field(default_factory=dict)  # node -> its newest sample time
     summary: ReportSummary = field(default_factory=lambda: ReportSummary(0, 0))  # all entries
+    config: ReportConfig | None = None  # status.config, set by the engine
 
 
 class Tracker:

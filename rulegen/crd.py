@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import yaml
 
+from mco import labelselector, policy
 from rulegen import history, limits, model
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import MAX_LENGTH as DURATION_MAX_LENGTH
@@ -51,6 +52,21 @@ _FIELD_HELP: Final[dict[str, str]] = {
     "runbookURL": "Base URL of the runbook; each alert links to its section.",
     "nodeInterferedLevel": "Interference level at which MCONodeInterfered fires.",
     "nodeInterferedFor": "How long the level must stay at or above it first.",
+    "policies": "Workload-class policies, in order: a pod gets the first whose podSelector "
+    "matches its labels (a policy without podSelector matches every pod); a pod no policy "
+    "matches is treated as by the catch-all default. Kata placement is not a policy: it "
+    "always applies.",
+    "name": "Unique name of the policy (a DNS label); shown in the extender's explanations.",
+    "podSelector": "Kubernetes label selector over the pod's labels; absent: every pod.",
+    "maxLevel": "Nodes whose interference level plus reservation is above this are filtered "
+    "for these pods; absent: no limit.",
+    "policyHardConstraints": "Enforce: nodes violating a hard constraint are filtered for "
+    "these pods; Ignore: they are not (the constraint still shows in the report).",
+    "scoreWeight": "How much the interference level counts in these pods' score: score = "
+    "neutral + weight x (100 x (1 - level) - neutral), within 0-100. 1: as the report says; "
+    "0: every node scores the same.",
+    "reservationPerPod": "Level each of these pods adds to the node it was just placed on, "
+    "until the node's data shows it (the extender's reservation).",
 }
 
 
@@ -143,6 +159,103 @@ def _detection(key: str, default: dict[str, Any], catalog: Catalog) -> dict[str,
     return _object(properties, f"The {key} detection.")
 
 
+def _strings(pattern: str, max_length: int, help_text: str) -> dict[str, Any]:
+    return {"type": "string", "maxLength": max_length, "pattern": pattern, "description": help_text}
+
+
+def _selector() -> dict[str, Any]:
+    ls = labelselector
+    key = _strings(ls.KEY_PATTERN, ls.MAX_KEY, "A label key, e.g. mco.io/workload-class.")
+    value = _strings(ls.VALUE_PATTERN, ls.MAX_VALUE, "A label value.")
+    requirement = {
+        "type": "object",
+        "required": ["key", "operator"],
+        "properties": {
+            "key": key,
+            "operator": {
+                "type": "string",
+                "enum": list(ls.OPERATORS),
+                "description": "In, NotIn (need values), Exists, DoesNotExist (take none).",
+            },
+            "values": {"type": "array", "maxItems": ls.MAX_VALUES, "items": value},
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "(self.operator in ['In', 'NotIn']) == "
+                "(has(self.values) && size(self.values) > 0)",
+                "message": "operators In and NotIn need values; Exists and DoesNotExist take none",
+            }
+        ],
+    }
+    return {
+        "type": "object",
+        "description": _FIELD_HELP["podSelector"],
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "maxProperties": ls.MAX_LABELS,
+                "additionalProperties": value,
+                # Keys are checked by rulegen, not here: a structural schema cannot bound a
+                # map key's length, so a CEL ``matches`` over the keys would be estimated at
+                # the whole request's size per key and exceed the API server's cost budget.
+                "description": "Labels the pod must carry with these values (label keys such "
+                "as mco.io/workload-class).",
+            },
+            "matchExpressions": {
+                "type": "array",
+                "maxItems": ls.MAX_EXPRESSIONS,
+                "items": requirement,
+                "description": "Requirements the pod's labels must all meet.",
+            },
+        },
+    }
+
+
+def _policies(default: list[dict[str, Any]]) -> dict[str, Any]:
+    item = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {
+                **_strings(policy.NAME_PATTERN, policy.MAX_NAME, _FIELD_HELP["name"]),
+                "minLength": 1,
+            },
+            "podSelector": _selector(),
+            "maxLevel": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "description": _FIELD_HELP["maxLevel"],
+            },
+            "hardConstraints": {
+                "type": "string",
+                "enum": list(policy.HARD_CONSTRAINTS),
+                "default": "Enforce",
+                "description": _FIELD_HELP["policyHardConstraints"],
+            },
+            "scoreWeight": _number(
+                1.0, _FIELD_HELP["scoreWeight"], maximum=policy.MAX_SCORE_WEIGHT
+            ),
+            "reservationPerPod": _number(
+                policy.DEFAULT_RESERVATION, _FIELD_HELP["reservationPerPod"], maximum=1
+            ),
+        },
+    }
+    return {
+        "type": "array",
+        "maxItems": policy.MAX_POLICIES,
+        "default": default,
+        "description": _FIELD_HELP["policies"],
+        "items": item,
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(p, self.exists_one(q, q.name == p.name))",
+                "message": "policy names must be unique",
+            }
+        ],
+    }
+
+
 def spec_schema(catalog: Catalog = CATALOG) -> dict[str, Any]:
     d = model.default_spec(catalog)
     keys = [detection.key for detection in catalog.detections]
@@ -228,6 +341,7 @@ def spec_schema(catalog: Catalog = CATALOG) -> dict[str, Any]:
                 },
                 _FIELD_HELP["alerts"],
             ),
+            "policies": _policies(d["policies"]),
         },
         "The detection model: signal thresholds, detection weights, hard constraints.",
         **{

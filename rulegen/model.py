@@ -21,6 +21,8 @@ from typing import Any, Final
 
 import yaml
 
+from mco.policy import DEFAULT_POLICIES, Policy, parse_policies
+from mco.policy import to_spec as policies_spec
 from rulegen import limits
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import format_duration, parse_duration
@@ -109,6 +111,7 @@ def default_spec(catalog: Catalog = CATALOG) -> dict[str, Any]:
             "nodeInterferedLevel": 0.5,
             "nodeInterferedFor": "5m",
         },
+        "policies": policies_spec(DEFAULT_POLICIES),
     }
 
 
@@ -134,6 +137,7 @@ class DetectionRuleConfig:
     hard_constraints: Mapping[str, float]  # limit by config key, in catalog order
     report: ReportSettings
     alerts: AlertSettings
+    policies: tuple[Policy, ...] = DEFAULT_POLICIES  # spec.policies, first match wins
 
     @classmethod
     def default(cls, catalog: Catalog = CATALOG) -> DetectionRuleConfig:
@@ -175,6 +179,7 @@ class DetectionRuleConfig:
                 "nodeInterferedLevel": self.alerts.node_interfered_level,
                 "nodeInterferedFor": format_duration(self.alerts.node_interfered_for),
             },
+            "policies": policies_spec(self.policies),
         }
 
     def config_hash(self) -> str:
@@ -287,6 +292,11 @@ def _merge(default: Any, given: Any, path: str, problems: list[str]) -> Any:
                 _merge(value, given[key], f"{path}.{key}", problems) if key in given else value
             )
         return merged
+    if isinstance(default, list):  # a list is replaced whole, as the CRD's default is
+        if not isinstance(given, list):
+            problems.append(f"{path}: expected a list, got {limits.shown(given)}")
+            return default
+        return given
     if isinstance(default, float):
         number = limits.as_number(given, path, problems)
         return default if number is None else number
@@ -388,6 +398,7 @@ def _build(
         )
     stale_after = _duration(merged, "report.staleAfter", problems)
     interfered_for = _duration(merged, "alerts.nodeInterferedFor", problems)
+    policies = parse_policies(merged["policies"], "spec.policies", problems)
     if problems:
         return None
     return DetectionRuleConfig(
@@ -402,4 +413,5 @@ def _build(
             alerts["nodeInterferedLevel"],
             interfered_for,
         ),
+        policies=policies,
     )

@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from rulegen.model import DetectionRuleConfig, config_from_object
 from tests.chart.helm import (
     MONITORING_API,
     SCENARIOS,
+    chart,
     crds,
     merge,
     render,
@@ -260,3 +262,18 @@ def test_service_monitors_are_well_formed_and_promtool_accepts_them(
         scrape_configs.append(scrape_config(monitor, labels, {"127.0.0.1:1": "node-a"}))
     config = {"global": {"scrape_interval": "15s"}, "scrape_configs": scrape_configs}
     _promtool(["check", "config"], yaml.safe_dump(config), tmp_path, "prometheus.yml")
+
+
+def test_policies_in_values_replace_the_shipped_ones_and_are_validated() -> None:
+    policies = [
+        {"name": "online", "podSelector": {"matchLabels": {"tier": "online"}}, "maxLevel": 0.3},
+        {"name": "default"},
+    ]
+    obj = render({"detectionRuleConfig": {"spec": {"policies": policies}}}).one(
+        "DetectionRuleConfig"
+    )
+    assert api_server_errors(crds()["DetectionRuleConfig"], obj) == []
+    assert [p.name for p in config_from_object(obj).policies] == ["online", "default"]
+    bad = [{"name": "online", "hardConstraints": "Sometimes"}]
+    with pytest.raises(helm.HelmValuesError, match="hardConstraints"):
+        chart().validate_schema({"detectionRuleConfig": {"spec": {"policies": bad}}})

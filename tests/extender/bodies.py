@@ -55,8 +55,10 @@ def pod(
     node_name: str = "",
     phase: str = "Pending",
     seed: int = 0,
+    labels: dict[str, str] | None = None,
 ) -> Json:
-    """A full v1.Pod as the API server returns it, managedFields included (~5-7 KB)."""
+    """A full v1.Pod as the API server returns it, managedFields included (~5-7 KB);
+    ``labels`` are added to the Volcano job's."""
     rng = random.Random(f"pod/{namespace}/{name}/{seed}")
     group = name.rsplit("-", 2)[0]
     containers = [
@@ -340,6 +342,7 @@ def pod(
                 "volcano.sh/job-namespace": namespace,
                 "volcano.sh/queue-name": "research",
                 "volcano.sh/task-spec": "worker",
+                **(labels or {}),
             },
             "annotations": {
                 "scheduling.k8s.io/group-name": group,
@@ -600,29 +603,43 @@ def node_info(name: str, *, tasks: int = 30, kata: bool | None = None, seed: int
     }
 
 
-def pending_task(name: str = "train-42-worker-0", *, runtime_class: str | None = None) -> Json:
-    return task_info(pod(name, "team-a", runtime_class=runtime_class))
+def pending_task(
+    name: str = "train-42-worker-0",
+    *,
+    runtime_class: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> Json:
+    return task_info(pod(name, "team-a", runtime_class=runtime_class, labels=labels))
 
 
 def volcano_predicate(
-    node_name: str, *, tasks: int = 30, runtime_class: str | None = None, kata: bool | None = None
+    node_name: str,
+    *,
+    tasks: int = 30,
+    runtime_class: str | None = None,
+    kata: bool | None = None,
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     """``{"task": TaskInfo, "node": NodeInfo}``; ~220 KB with the default 30 tasks."""
     return go_json(
         {
-            "task": pending_task(runtime_class=runtime_class),
+            "task": pending_task(runtime_class=runtime_class, labels=labels),
             "node": node_info(node_name, tasks=tasks, kata=kata),
         }
     )
 
 
 def volcano_prioritize(
-    node_names: list[str], *, tasks: int = 30, runtime_class: str | None = None
+    node_names: list[str],
+    *,
+    tasks: int = 30,
+    runtime_class: str | None = None,
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     """``{"task": TaskInfo, "nodes": [NodeInfo, ...]}``. Built from one template per call."""
     template = node_info("__NODE__", tasks=tasks)
     raw = go_json(template)
-    task = go_json(pending_task(runtime_class=runtime_class))
+    task = go_json(pending_task(runtime_class=runtime_class, labels=labels))
     parts = [raw.replace(b"__NODE__", n.encode()) for n in node_names]
     return b'{"task":' + task + b',"nodes":[' + b",".join(parts) + b"]}"
 
@@ -633,14 +650,15 @@ def kube_args(
     node_cache_capable: bool = True,
     runtime_class: str | None = None,
     kata_labels: dict[str, bool] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     """kube-scheduler ExtenderArgs: exactly one of ``Nodes`` / ``NodeNames`` is non-null."""
-    p = pod("web-7d4b9c-x2x9q", "shop", runtime_class=runtime_class)
+    p = pod("web-7d4b9c-x2x9q", "shop", runtime_class=runtime_class, labels=labels)
     p["spec"]["schedulerName"] = "default-scheduler"
     if node_cache_capable:
         body: Json = {"Pod": p, "Nodes": None, "NodeNames": node_names}
     else:
-        labels = kata_labels or {}
-        items = [node(n, kata=labels.get(n), images=10) for n in node_names]
+        kata_of = kata_labels or {}
+        items = [node(n, kata=kata_of.get(n), images=10) for n in node_names]
         body = {"Pod": p, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
     return go_json(body)

@@ -16,7 +16,8 @@ from extender.config import VerdictConfig
 from extender.judge import MAX_TABLE_ENTRIES, Judge
 from extender.reports import ReportStore
 from extender.verdict import NodeFacts, Verdict, decide, pod_facts
-from reporter.schema import entry_time
+from mco.policy import DEFAULT_POLICIES, Policy
+from reporter.schema import ReportConfig, entry_time
 from tests.extender.conftest import cluster_report, entry, per_node_reports
 
 NAMES = ["a", "b"]  # few names: the interesting histories repeat on the same node
@@ -218,3 +219,51 @@ def test_tables_over_an_empty_store_are_bounded(report):
     # At most MAX_TABLE_ENTRIES / _TABLE_COST empty tables stay: ~2,000, a few MiB.
     assert held < 8 << 20, f"{held >> 20} MiB kept by tables over an empty store"
     assert judge.table_entries() == 0
+
+
+def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
+    """The same names for pods of different policies get each policy's verdicts (the tables
+    are keyed by policy), and a report's status.config replaces config and policies."""
+    config = VerdictConfig()
+    store = ReportStore()
+    nodes = {
+        "a": entry(0.1, now=T0),
+        "b": entry(0.5, now=T0),
+        "c": entry(0.2, now=T0, schedulable=False),
+    }
+    store.replace_all([cluster_report(nodes)])
+    judge = Judge(store, config)
+    names = [*nodes, "unknown"]
+    strict = Policy("strict", max_level=0.05, hard_constraints="Ignore", score_weight=3)
+    for policy in (*DEFAULT_POLICIES, strict, DEFAULT_POLICIES[0]):
+        pod = pod_facts(None, config, policy)
+        for _ in range(2):  # built, then served from the table
+            verdicts = judge.names(names, pod, T0 + 1)
+            expected = [
+                decide(
+                    nodes.get(n), T0 if n in nodes else -math.inf, pod, NodeFacts(n), config, T0 + 1
+                )
+                for n in names
+            ]
+            assert [v[:5] for v in verdicts] == [v[:5] for v in expected], policy.name
+    assert [v.passed for v in judge.names(names, pod_facts(None, config, strict), T0 + 1)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert judge.table_entries() == 3 * 5  # one table per distinct policy
+    report = cluster_report(nodes)
+    report.status.config = ReportConfig("5s", 70.0, [Policy("only", max_level=0.2)], 9)
+    store.replace_all([report])
+    assert judge.table_entries() == 0
+    assert (judge.config.stale_after, judge.config.neutral_score) == (5.0, 70.0)
+    assert judge.live.generation == 9 and judge.policy_for({"any": "pod"}).name == "only"
+    pod = pod_facts(None, judge.config, judge.policy_for({}))
+    assert [v.reason for v in judge.names(names, pod, T0 + 1)] == [
+        "ok",
+        "max_level",
+        "hard_constraint",
+        "unknown",
+    ]
+    assert judge.names(["unknown"], pod, T0 + 1)[0].score == 70.0

@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from msgspec import to_builtins
 
 from extender.app import STORE
 from extender.config import ExtenderConfig, SourceConfig
-from reporter.schema import encode
+from mco.labelselector import LabelSelector
+from mco.policy import Policy
+from reporter.schema import ReportConfig, encode
 from tests.extender import bodies
 from tests.extender.conftest import (
     cluster_report,
@@ -216,3 +219,34 @@ async def test_an_object_whose_update_is_rejected_no_longer_counts(kmock, kubeco
     assert await score(client, "b") == 5
     text = await (await client.get("/metrics")).text()
     assert 'mco_extender_report_loads_total{result="error",source="watch"} 1.0' in text
+
+
+async def test_config_follows_status_config_through_the_watch(kmock, kubeconfig, serve):
+    """The cluster object's status.config, changed through the watch, is in force at once:
+    neutralScore and the policies (a maxLevel that filters)."""
+    kmock.objects[RES, None, "cluster"] = as_object(
+        cluster_report({"a": entry(0.1), "b": entry(0.5)}, heartbeat=time.time())
+    )
+    client = await serve(api_config(kubeconfig))
+    store = client.server.app[STORE]
+    online = {"mco.io/workload-class": "latency-sensitive"}
+
+    async def passed(labels: dict[str, str]) -> list[str]:
+        body = bodies.kube_args(["a", "b"], labels=labels)
+        answer = json.loads(await (await client.post("/scheduler/filter", data=body)).read())
+        return list(answer["NodeNames"])
+
+    assert await score(client, "unknown") == 5  # the flags' neutral score
+    assert await passed(online) == ["a"]  # the shipped latency-sensitive policy: maxLevel 0.3
+    await wait_for(lambda: len(requests_of(kmock, "watch")) == 1, what="the watch")
+    config = ReportConfig(
+        "30s",
+        90.0,
+        [Policy("strict", LabelSelector(match_labels=online), max_level=0.05)],
+        generation=2,
+    )
+    await kmock.patch(f"{URL}/cluster", json={"status": {"config": to_builtins(config)}})
+    await wait_for(lambda: store.config == config, what="status.config through the watch")
+    assert await score(client, "unknown") == 9
+    assert await passed(online) == []
+    assert await passed({}) == ["a", "b"]  # no catch-all in this list: today's behaviour

@@ -12,7 +12,8 @@ import msgspec
 import pytest
 from kmock._internal import enums
 
-from reporter.engine import Reporter
+from mco.policy import DEFAULT_POLICIES, Policy
+from reporter.engine import Reporter, report_config
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
@@ -21,7 +22,7 @@ from reporter.metrics import ReporterMetrics
 from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
-from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport
+from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport, ReportConfig
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from tests.reporter.conftest import validate_object
@@ -67,11 +68,15 @@ class Rig:
         )
         self.t = T0
 
-    async def cycle(self, nodes: dict[str, dict[tuple[Kind, str], float]]) -> Any:
+    async def cycle(
+        self, nodes: dict[str, dict[tuple[Kind, str], float]], config: ReportConfig | None = None
+    ) -> Any:
         self.t += 1
         self.clock.now += 1
         self.tracker.apply(snapshot(PLAN, nodes, self.t))
-        return await self.sink.write(self.tracker.view())
+        view = self.tracker.view()
+        view.config = config
+        return await self.sink.write(view)
 
 
 def stored(kapi: VersionedKubernetes) -> dict[str, dict[str, Any]]:
@@ -393,6 +398,40 @@ async def test_summary_is_written_and_patched_only_when_it_changes(kapi, api_cli
         "unschedulable": 0,
         "stale": 0,
     }
+
+
+@pytest.mark.parametrize("layout", ["cluster", "per-node"])
+async def test_config_is_written_on_the_cluster_object_only_when_it_changes(
+    kapi, api_client, layout: str
+) -> None:
+    rig = Rig(api_client, layout)
+    fleet = {"a": node(0.1), "b": node(0.2)}
+    first = report_config(DetectionRuleConfig.default(), 4)
+    await rig.cycle(fleet, first)
+    objects = stored(kapi)
+    assert objects["cluster"]["status"]["config"] == msgspec.to_builtins(first)
+    assert objects["cluster"]["status"]["config"]["generation"] == 4
+    assert [p["name"] for p in objects["cluster"]["status"]["config"]["policies"]] == [
+        p.name for p in DEFAULT_POLICIES
+    ]
+    assert all("config" not in o["status"] for n, o in objects.items() if n != "cluster")
+    # The same config again: not sent.
+    before = len(writes(kapi))
+    await rig.cycle(fleet, report_config(DetectionRuleConfig.default(), 4))
+    assert all("config" not in w.data["status"] for w in writes(kapi)[before:])
+    # A new generation with other policies: sent once, the list replaced whole.
+    second = ReportConfig("1m", 70.0, [Policy("only", max_level=0.5)], 5)
+    before = len(writes(kapi))
+    await rig.cycle(fleet, second)
+    sent = [
+        w.data["status"]["config"] for w in writes(kapi)[before:] if "config" in w.data["status"]
+    ]
+    assert len(sent) == 1
+    config = stored(kapi)["cluster"]["status"]["config"]
+    assert config == {"staleAfter": "1m", "neutralScore": 70.0, "generation": 5,
+                      "policies": [{"name": "only", "maxLevel": 0.5}]}  # fmt: skip
+    decoded = msgspec.convert(stored(kapi)["cluster"], NodeInterferenceReport)
+    assert decoded.status.config == second
 
 
 async def test_per_node_objects_summarize_their_node(kapi, api_client) -> None:

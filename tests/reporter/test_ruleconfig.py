@@ -181,3 +181,111 @@ async def test_hostile_file_edits_are_rejected_fast_and_the_last_good_one_kept(
         start = time.perf_counter()
         assert (await source.current()).hard_constraints["psiIOSomeMax"] == 0.7
         assert time.perf_counter() - start < 0.5
+
+
+async def test_status_config_follows_the_accepted_rule_config_and_never_a_rejected_one(
+    kapi: VersionedKubernetes, api_client, tmp_path: Path
+) -> None:
+    """status.config carries the accepted object's generation, report settings and policies;
+    a rejected edit (a bad policy) leaves the last good one in the report."""
+    kapi.resources[DRC] = kmock.ResourceInfo(kind="DetectionRuleConfig", namespaced=False)
+    first = yaml.safe_load(config_yaml(0.7, "40s"))
+    first["metadata"]["generation"] = 1
+    await kapi.post(DRC_PATH, json=first)
+    plan = Plan(compact=False)
+    out = tmp_path / "report.json"
+
+    def config() -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = json.loads(out.read_text())["status"].get("config", {})
+        except (OSError, ValueError):
+            return {}
+        return found
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {"a": quiet_values(plan)}
+        reporter = Reporter(
+            source=source,
+            rules=RuleConfigSource(api_client=api_client, watch=FAST),
+            plan=plan,
+            epsilon=Epsilon(),
+            metrics=ReporterMetrics(),
+            sink=FileSink(str(out), LayoutChooser("cluster")),
+        )
+        term = asyncio.create_task(reporter.lead(0.05))
+        try:
+            await eventually(lambda: config().get("generation") == 1, "the first config")
+            assert config()["staleAfter"] == "40s" and config()["neutralScore"] == 50
+            names = [p["name"] for p in config()["policies"]]
+            assert names == ["latency-sensitive", "batch", "best-effort", "default"]
+            await eventually(watching(kapi), "the watch")
+            bad = [{"name": "online", "podSelector": {"matchExpressions": [
+                {"key": "tier", "operator": "Exists", "values": ["x"]}]}}]  # fmt: skip
+            await kapi.patch(
+                f"{DRC_PATH}/default",
+                json={"metadata": {"generation": 2}, "spec": {"policies": bad}},
+            )
+            good = [{"name": "online", "maxLevel": 0.2, "scoreWeight": 2}]
+            await asyncio.sleep(0.5)  # ten cycles: the rejected generation must not show
+            assert config().get("generation") == 1
+            await kapi.patch(
+                f"{DRC_PATH}/default",
+                json={
+                    "metadata": {"generation": 3},
+                    "spec": {"policies": good, "report": {"neutralScore": 80}},
+                },
+            )
+            await eventually(lambda: config().get("generation") == 3, "the fixed config")
+            assert config()["neutralScore"] == 80
+            # Fields at their defaults are left out (mco.policy.Policy fills them back in).
+            assert config()["policies"] == [{"name": "online", "maxLevel": 0.2, "scoreWeight": 2.0}]
+        finally:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)
+
+
+async def test_a_reporter_starting_on_a_rejected_rule_config_writes_no_status_config(
+    kapi: VersionedKubernetes, api_client, tmp_path: Path
+) -> None:
+    """The built-in defaults the reporter falls back to are not the accepted config: the
+    report leaves status.config out (readers keep what they had) until an object is accepted."""
+    kapi.resources[DRC] = kmock.ResourceInfo(kind="DetectionRuleConfig", namespaced=False)
+    bad = yaml.safe_load(config_yaml(0.7))
+    bad["metadata"]["generation"] = 4
+    bad["spec"]["policies"] = [{"name": "online", "maxLevel": 2}]
+    await kapi.post(DRC_PATH, json=bad)
+    plan = Plan(compact=False)
+    out = tmp_path / "report.json"
+
+    def status() -> dict[str, Any]:
+        try:
+            found: dict[str, Any] = json.loads(out.read_text())["status"]
+        except (OSError, ValueError):
+            return {}
+        return found
+
+    async with fake_prometheus() as prom, PromQLClient(SourceConfig(prom.url)) as source:
+        prom.nodes = {"a": quiet_values(plan)}
+        rules = RuleConfigSource(api_client=api_client, watch=FAST)
+        reporter = Reporter(
+            source=source,
+            rules=rules,
+            plan=plan,
+            epsilon=Epsilon(),
+            metrics=ReporterMetrics(),
+            sink=FileSink(str(out), LayoutChooser("cluster")),
+        )
+        term = asyncio.create_task(reporter.lead(0.05))
+        try:
+            await eventually(lambda: "a" in status().get("nodes", {}), "the first report")
+            assert rules.unaccepted and "config" not in status()
+            await eventually(watching(kapi), "the watch")
+            await kapi.patch(
+                f"{DRC_PATH}/default",
+                json={"metadata": {"generation": 5}, "spec": {"policies": [{"name": "online"}]}},
+            )
+            await eventually(lambda: status().get("config", {}).get("generation") == 5, "fixed")
+            assert status()["config"]["policies"] == [{"name": "online"}]
+        finally:
+            term.cancel()
+            await asyncio.gather(term, return_exceptions=True)

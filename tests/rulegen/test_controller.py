@@ -265,6 +265,26 @@ async def test_bad_update_is_rejected_and_the_last_good_rules_stay(running_contr
         ),
         ({"window": "9999999999s"}, "spec.window: '9999999999s' is out of range"),
         ({"report": {"neutralScore": [["x" * 10_000] * 50]}}, "expected a number, got [["),
+        (
+            {
+                "policies": [
+                    {
+                        "name": "a",
+                        "podSelector": {
+                            "matchExpressions": [
+                                {"key": "t", "operator": "Exists", "values": ["x"]}
+                            ]
+                        },
+                    }
+                ]
+            },
+            "spec.policies[0].podSelector.matchExpressions[0].values: operator Exists takes no",
+        ),
+        (
+            {"policies": [{"name": "a", "maxLevel": 1.5}, {"name": "a"}]},
+            "spec.policies[0].maxLevel: must be within [0, 1], got 1.5",
+        ),
+        ({"policies": {"name": "a"}}, "spec.policies: expected a list"),
     ],
 )
 async def test_hostile_numbers_are_rejected_with_a_short_reason(running_controller, spec, reason):

@@ -133,7 +133,36 @@ VALID = {
             "alerts": {"nodeInterferedFor": "31536000s"},
         }
     ),
+    "every policy field and selector form": obj(
+        {
+            "policies": [
+                {
+                    "name": "online",
+                    "podSelector": {
+                        "matchLabels": {"mco.io/workload-class": "latency-sensitive"},
+                        "matchExpressions": [
+                            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                            {"key": "example.com/x", "operator": "NotIn", "values": [""]},
+                            {"key": "canary", "operator": "DoesNotExist"},
+                            {"key": "team", "operator": "Exists", "values": []},
+                        ],
+                    },
+                    "maxLevel": 0,
+                    "hardConstraints": "Ignore",
+                    "scoreWeight": 100,
+                    "reservationPerPod": 1,
+                },
+                {"name": "everyone-else", "podSelector": {}},
+            ]
+        }
+    ),
+    "no policies at all": obj({"policies": []}),
 }
+
+
+def _selecting(selector: dict[str, Any]) -> dict[str, Any]:
+    return {"policies": [{"name": "online", "podSelector": selector}]}
+
 
 INVALID = {
     # (object, a fragment of the API server's message, a fragment of the model's message)
@@ -321,6 +350,67 @@ INVALID = {
         "nodeInterferedLevel: must be above 0",
         "spec.alerts.nodeInterferedLevel: must be within (0, 1]",
     ),
+    "duplicate policy names": (
+        obj({"policies": [{"name": "online"}, {"name": "online", "scoreWeight": 0}]}),
+        "policy names must be unique",
+        "spec.policies[1].name: 'online' is used by an earlier policy",
+    ),
+    "policy without a name": (
+        obj({"policies": [{"maxLevel": 0.5}]}),
+        "'name' is a required property",
+        "spec.policies[0].name: required",
+    ),
+    "unknown selector operator": (
+        obj(
+            _selecting({"matchExpressions": [{"key": "tier", "operator": "Like", "values": ["a"]}]})
+        ),
+        "'Like' is not one of ['In', 'NotIn', 'Exists', 'DoesNotExist']",
+        "spec.policies[0].podSelector.matchExpressions[0].operator: must be one of In, NotIn",
+    ),
+    "values with Exists": (
+        obj(
+            _selecting(
+                {"matchExpressions": [{"key": "tier", "operator": "Exists", "values": ["a"]}]}
+            )
+        ),
+        "operators In and NotIn need values; Exists and DoesNotExist take none",
+        "matchExpressions[0].values: operator Exists takes no values",
+    ),
+    "In without values": (
+        obj(_selecting({"matchExpressions": [{"key": "tier", "operator": "In"}]})),
+        "operators In and NotIn need values; Exists and DoesNotExist take none",
+        "matchExpressions[0].values: operator In needs at least one value",
+    ),
+    "selector value that is no label value": (
+        obj(_selecting({"matchLabels": {"tier": "on line"}})),
+        "podSelector.matchLabels.tier: 'on line' does not match",
+        "podSelector.matchLabels['tier']: must be a label value",
+    ),
+    "maxLevel above 1": (
+        obj({"policies": [{"name": "online", "maxLevel": 1.5}]}),
+        "maxLevel: 1.5 is greater than the maximum of 1",
+        "spec.policies[0].maxLevel: must be within [0, 1], got 1.5",
+    ),
+    "negative maxLevel": (
+        obj({"policies": [{"name": "online", "maxLevel": -0.1}]}),
+        "maxLevel: -0.1 is less than the minimum of 0",
+        "spec.policies[0].maxLevel: must be within [0, 1], got -0.1",
+    ),
+    "negative score weight": (
+        obj({"policies": [{"name": "online", "scoreWeight": -1}]}),
+        "scoreWeight: -1 is less than the minimum of 0",
+        "spec.policies[0].scoreWeight: must be within [0, 100], got -1",
+    ),
+    "reservation above 1": (
+        obj({"policies": [{"name": "online", "reservationPerPod": 2}]}),
+        "reservationPerPod: 2 is greater than the maximum of 1",
+        "spec.policies[0].reservationPerPod: must be within [0, 1], got 2",
+    ),
+    "unknown hardConstraints value": (
+        obj({"policies": [{"name": "online", "hardConstraints": "Sometimes"}]}),
+        "'Sometimes' is not one of ['Enforce', 'Ignore']",
+        "spec.policies[0].hardConstraints: must be Enforce or Ignore, got 'Sometimes'",
+    ),
 }
 
 
@@ -340,6 +430,14 @@ def test_invalid_objects_are_rejected_by_crd_and_model_with_the_path(name):
     assert model_message in str(caught.value)
 
 
+def test_a_selector_key_that_is_no_label_key_is_rejected_by_the_model():
+    """The API server cannot check map keys within its CEL cost budget; rulegen does (the
+    controller marks the object Rejected and keeps the last good config)."""
+    body = obj(_selecting({"matchLabels": {"tier class": "online"}}))
+    with pytest.raises(ConfigError, match=r"podSelector.matchLabels\['tier class'\]: must be"):
+        config_from_object(body)
+
+
 def test_only_the_default_object_is_allowed():
     errors = api_server_errors(CRD, obj({}, name="staging"))
     assert errors == ["<root>: mco-rulegen reads only the DetectionRuleConfig named default"]
@@ -354,6 +452,9 @@ def test_every_cel_rule_compiles_and_is_exercised_by_an_invalid_case():
             messages.add(v["message"])
         for sub in schema.get("properties", {}).values():
             walk(sub)
+        for part in ("items", "additionalProperties"):
+            if isinstance(schema.get(part), dict):
+                walk(schema[part])
 
     walk(version_schema(CRD))
     seen = {e for body, _, _ in INVALID.values() for e in api_server_errors(CRD, body)}
