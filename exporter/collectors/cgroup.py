@@ -50,6 +50,7 @@ DEFAULT_MAX_PODS = 250  # Kubernetes allows 110 pods per node by default
 V1_ENUMERATE = ("memory", "blkio", "cpu")  # v1 controllers pods are listed from, in order
 # A file that is not there: its controller or PSI is off for this cgroup, not a failure.
 _ABSENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOTSUP)
+_PGSTEAL = frozenset({"pgsteal"})
 _BLKIO_LIMITS = (
     ("bytes", "read", "blkio.throttle.read_bps_device"),
     ("bytes", "write", "blkio.throttle.write_bps_device"),
@@ -202,7 +203,7 @@ def _read_v2(base: str, out: PodSamples) -> None:
         events = parse_flat_keyed(text, "memory.events")  # hierarchical (not .local)
         out.events = {e: events[e] for e in MEMORY_EVENTS if e in events}
     if (text := _read(os.path.join(base, "memory.stat"))) is not None:
-        out.reclaimed = parse_flat_keyed(text, "memory.stat").get("pgsteal")
+        out.reclaimed = parse_flat_keyed(text, "memory.stat", _PGSTEAL).get("pgsteal")
     if (text := _read(os.path.join(base, "io.stat"))) is not None:
         stat = parse_io_stat(text)
         out.io = {"bytes": stat.bytes, "operations": stat.operations}

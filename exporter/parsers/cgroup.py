@@ -56,10 +56,14 @@ def parse_v1_limit(text: str) -> int | None:
     return None if value >= V1_UNLIMITED else value
 
 
-def parse_flat_keyed(text: str, what: str) -> dict[str, int]:
-    """``key value`` lines (``memory.events``, ``memory.stat``, ``memory.oom_control``)."""
+def parse_flat_keyed(text: str, what: str, wanted: frozenset[str] | None = None) -> dict[str, int]:
+    """``key value`` lines (``memory.events``, ``memory.stat``, ``memory.oom_control``): all of
+    them, or only the ``wanted`` ones (the rest are not even validated: memory.stat has ~50
+    lines and a scrape reads it for every pod)."""
     fields: dict[str, int] = {}
     for line in text.splitlines():
+        if wanted is not None and line.partition(" ")[0] not in wanted:
+            continue
         if not line.strip():
             continue
         parts = line.split()

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import requests
 
+from scripts.kubepods import pod_tree, why_not_here
 from scripts.procs import Managed, free_port
 from tests.chart.helm import render
 from tests.exporter.conftest import samples_of
-from tests.exporter.kubepods import pod_tree, why_not_here
 
 pytestmark = pytest.mark.slow
 

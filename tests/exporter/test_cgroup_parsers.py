@@ -45,6 +45,14 @@ def _flat_keyed(text: str, result: Any) -> None:
         assert re.search(rf"^\s*{re.escape(key)}\s", text, re.MULTILINE), key
 
 
+WANTED = frozenset({"pgsteal", "max"})
+
+
+def _wanted(text: str, result: Any) -> None:
+    assert set(result) <= WANTED
+    _flat_keyed(text, result)
+
+
 def _io_stat(text: str, result: Any) -> None:
     assert set(result.bytes) == set(result.operations) == set(IO_OPERATIONS)
     assert _sums(result.bytes, text) and _sums(result.operations, text)
@@ -97,6 +105,7 @@ def _pod_dir_parser(qos: str) -> Callable[[str], Any]:
 
 PARSERS: dict[str, tuple[Callable[[str], Any], Callable[[str, Any], None]]] = {
     "flat_keyed": (lambda t: parse_flat_keyed(t, "memory.events"), _flat_keyed),
+    "flat_keyed_wanted": (lambda t: parse_flat_keyed(t, "memory.stat", WANTED), _wanted),
     "io_stat": (parse_io_stat, _io_stat),
     "io_max": (parse_io_max, _io_max),
     "blkio_stat": (parse_blkio_stat, _blkio_stat),

@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from exporter.paths import Paths
+from scripts.kubepods import PodTree, pod_tree, why_not_here
 from tests.exporter.conftest import Samples, node_collector, samples_of, scrape
-from tests.exporter.kubepods import PodTree, pod_tree, why_not_here
 from tests.exporter.test_real_host import start_exporter
 
 pytestmark = [
