@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.paths import Paths
 from exporter.registry import CollectorConfig, specs
 from exporter.scrape import NodeCollector
+from mco import selfmetrics
 from scripts.kubepods import pod_tree, why_not_here
 
 PODS = 110
@@ -95,7 +96,7 @@ def cpu_per_scrape(
     registry.register(node)
     text = generate_latest(registry).decode()
     series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    ok = 'mco_exporter_collector_success{collector="cgroup"} 1.0' in text
+    ok = f'{selfmetrics.EXPORTER_COLLECTOR_SUCCESS}{{collector="cgroup"}} 1.0' in text
     start = time.process_time()
     for _ in range(scrapes):
         generate_latest(registry)

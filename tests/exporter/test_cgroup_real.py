@@ -8,6 +8,7 @@ is removed afterwards, whatever the outcome.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -66,7 +67,8 @@ def test_a_pod_thrashing_in_its_own_limit_shows_its_own_pressure_and_limit_event
             tmp_path / "stress.log",
         )
         load.wait(timeout=60)
-        after = samples_of(requests.get(url, timeout=10).text)
+        text = requests.get(url, timeout=10).text
+        after = samples_of(text)
     finally:
         exporter.stop()
 
@@ -91,6 +93,11 @@ def test_a_pod_thrashing_in_its_own_limit_shows_its_own_pressure_and_limit_event
     assert after[("mco_cgroup_pods", frozenset())] == 2
     success = ("mco_exporter_collector_success", frozenset({("collector", "cgroup")}))
     assert after[success] == 1
+    if shutil.which("promtool") is not None:  # names, types and help as Prometheus expects
+        check = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        assert check.returncode == 0 and not check.stdout + check.stderr, check.stderr
 
 
 def test_pods_created_and_removed_while_scraping_never_fail_a_scrape(tree: PodTree) -> None:
