@@ -68,16 +68,13 @@ class PodCgroup:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Where one scrape reads: v2 (``unified`` only) or v1 controllers (+ hybrid PSI)."""
+    """Where one scrape reads: v2 (one hierarchy) or v1 controllers (+ hybrid PSI)."""
 
+    version: int
     listed_from: str  # the hierarchy root pods are listed from
-    unified: str | None  # PSI (and on pure v2, everything)
+    unified: str | None  # PSI (and on v2, everything)
     memory: str | None = None  # v1 controllers
     blkio: str | None = None
-
-    @property
-    def v2(self) -> bool:
-        return self.memory is None and self.blkio is None and self.listed_from == self.unified
 
 
 @dataclass(slots=True)
@@ -127,7 +124,7 @@ def find_layout(cgroupfs: str, cgroup_root: str) -> Layout | None:
     """The hierarchies of this host, or None when none holds a kubepods cgroup."""
     below = cgroup_root.strip("/")
     if os.path.isfile(os.path.join(cgroupfs, "cgroup.controllers")):
-        return Layout(cgroupfs, cgroupfs) if _kubepods(cgroupfs, below) else None
+        return Layout(2, cgroupfs, cgroupfs) if _kubepods(cgroupfs, below) else None
     unified = os.path.join(cgroupfs, "unified")
     has_unified = os.path.isfile(os.path.join(unified, "cgroup.controllers"))
     controllers = {c: os.path.join(cgroupfs, c) for c in V1_ENUMERATE}
@@ -135,6 +132,7 @@ def find_layout(cgroupfs: str, cgroup_root: str) -> Layout | None:
     if listed_from is None:
         return None
     return Layout(
+        1,
         listed_from,
         unified if has_unified else None,
         memory=controllers["memory"] if os.path.isdir(controllers["memory"]) else None,
@@ -184,7 +182,7 @@ def read_pod(layout: Layout, pod: PodCgroup) -> PodSamples:
             if text is not None:
                 for kind, total_us in parse_pressure(text).total_us.items():
                     out.stalled.append((resource, kind, total_us / 1e6))
-    if layout.v2:
+    if layout.version == 2:
         _read_v2(os.path.join(layout.listed_from, pod.rel), out)
     else:
         if layout.memory is not None:
