@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -205,9 +205,65 @@ def _read_v2(base: str, out: PodSamples) -> None:
     if (text := _read(os.path.join(base, "io.stat"))) is not None:
         stat = parse_io_stat(text)
         out.io = {"bytes": stat.bytes, "operations": stat.operations}
-    if (text := _read(os.path.join(base, "io.max"))) is not None:
-        limits = parse_io_max(text)
-        out.io_limits = {"bytes": limits.bytes, "operations": limits.operations}
+    out.io_limits = _nested(_effective_limits(base, _io_max, hierarchical=True))
+
+
+Limits = dict[tuple[str, str], int]  # (bytes|operations, read|write) -> per second
+
+
+def _io_max(directory: str) -> Limits:
+    text = _read(os.path.join(directory, "io.max"))
+    if text is None:
+        return {}
+    parsed = parse_io_max(text)
+    return {("bytes", op): v for op, v in parsed.bytes.items()} | {
+        ("operations", op): v for op, v in parsed.operations.items()
+    }
+
+
+def _blkio_limits(directory: str) -> Limits:
+    limits: Limits = {}
+    for what, op, filename in _BLKIO_LIMITS:
+        text = _read(os.path.join(directory, filename))
+        limit = None if text is None else parse_blkio_limits(text)
+        if limit is not None:
+            limits[what, op] = limit
+    return limits
+
+
+def _effective_limits(
+    directory: str, own: Callable[[str], Limits], *, hierarchical: bool
+) -> Limits:
+    """The I/O limits the processes of a cgroup subtree are held to, summed over devices.
+
+    The containers are child cgroups: the subtree is limited by their limits together when
+    every one has one. A v2 limit (``io.max``) applies to the whole subtree below it, so the
+    tighter of that and the children's; a v1 one (blk-throttle outside the default hierarchy)
+    only to the cgroup's own processes, so a pod cgroup's own limit binds nothing once it has
+    containers.
+    """
+    children = _subdirectories(directory)
+    mine = own(directory) if hierarchical or not children else {}
+    if not children:
+        return mine
+    below = [_effective_limits(c, own, hierarchical=hierarchical) for c in children]
+    summed = {k: sum(b[k] for b in below) for k in below[0] if all(k in b for b in below)}
+    return {k: min(v for v in (mine.get(k), summed.get(k)) if v is not None) for k in mine | summed}
+
+
+def _subdirectories(directory: str) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _nested(limits: Limits) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (what, op), value in limits.items():
+        out.setdefault(what, {})[op] = value
+    return out
 
 
 def _read_v1_memory(base: str, out: PodSamples) -> None:
@@ -244,11 +300,7 @@ def _read_v1_blkio(base: str, out: PodSamples) -> None:
                     totals[op] += count
         if found:
             out.io[what] = totals
-    for what, op, filename in _BLKIO_LIMITS:
-        text = _read(os.path.join(base, filename))
-        limit = None if text is None else parse_blkio_limits(text)
-        if limit is not None:
-            out.io_limits.setdefault(what, {})[op] = limit
+    out.io_limits = _nested(_effective_limits(base, _blkio_limits, hierarchical=False))
 
 
 @register(

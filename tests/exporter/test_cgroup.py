@@ -239,3 +239,45 @@ def test_bad_options_stop_the_start(flag: str) -> None:
 def test_path_cgroupfs_flag() -> None:
     assert parse_settings([]).paths.cgroupfs == "/sys/fs/cgroup"
     assert parse_settings(["--path.cgroupfs=/host/cgroup"]).paths.cgroupfs == "/host/cgroup"
+
+
+def io_limits(samples: Samples, uid: str) -> dict[tuple[str, str], float]:
+    kinds = {
+        "mco_pod_io_limit_bytes_per_second": "bytes",
+        "mco_pod_io_limit_operations_per_second": "operations",
+    }
+    return {
+        (kinds[name], dict(labels)["operation"]): v
+        for (name, labels), v in samples.items()
+        if name in kinds and dict(labels)["pod_uid"] == uid
+    }
+
+
+def test_v2_container_io_limits_bind_the_pod_when_every_container_has_one(
+    systemd_tree: Path,
+) -> None:
+    """io.max holds a whole subtree: the pod's own limit, or its containers' together."""
+    pod = systemd_tree / "sys/fs/cgroup" / POD_DIR
+    own = {("bytes", "write"): 15728640.0, ("operations", "write"): 200.0}
+    assert io_limits(scrape_tree(systemd_tree), POD) == own
+    (container,) = [d for d in pod.iterdir() if d.is_dir()]
+    (container / "io.max").write_text("8:0 rbps=max wbps=1048576 riops=50 wiops=max\n")
+    tighter = {("bytes", "write"): 1048576.0, ("operations", "write"): 200.0}
+    assert io_limits(scrape_tree(systemd_tree), POD) == tighter | {("operations", "read"): 50.0}
+    (pod / "sidecar.scope").mkdir()  # a container without a limit: the containers are not bound
+    assert io_limits(scrape_tree(systemd_tree), POD) == own
+    (pod / "sidecar.scope/io.max").write_text("8:0 rbps=max wbps=2097152 riops=10 wiops=max\n")
+    both = {("bytes", "write"): 3145728.0, ("operations", "write"): 200.0}
+    assert io_limits(scrape_tree(systemd_tree), POD) == both | {("operations", "read"): 60.0}
+
+
+def test_v1_io_limits_are_the_containers_not_the_pods() -> None:
+    """v1 blk-throttle is flat: a pod cgroup's own limit binds none of its containers'
+    processes (recorded: the limit on the pod's container throttled dd to 4.3 MB/s; the one on
+    the other pod's own cgroup is not reported)."""
+    samples = scrape_tree(FIXTURES / "cgroup-v1-hybrid")
+    limited = {dict(labels)["pod_uid"] for (name, labels) in samples if "io_limit" in name}
+    assert limited == {"d4fa5049-04a8-419a-88ff-651f28a6a393"}
+    assert io_limits(samples, "d4fa5049-04a8-419a-88ff-651f28a6a393") == {
+        ("bytes", "write"): 4194304.0
+    }

@@ -7,6 +7,7 @@ is removed afterwards, whatever the outcome.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
@@ -133,3 +134,49 @@ def test_pods_created_and_removed_while_scraping_never_fail_a_scrape(tree: PodTr
         stop.set()
         thread.join(timeout=10)
     assert scrapes > 10 and churned > 10
+
+
+def whole_disk(path: Path) -> str:
+    """MAJ:MIN of the disk holding ``path`` (blk-throttle takes whole disks, not partitions)."""
+    dev = os.stat(path).st_dev
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if not sysfs.exists():
+        pytest.skip(f"{path} is not on a block device")
+    if (sysfs / "partition").exists():
+        sysfs = sysfs.resolve().parent
+    return (sysfs / "dev").read_text().strip()
+
+
+def test_a_pod_at_its_own_io_limit_shows_the_limit_its_io_and_its_own_io_stall(
+    tree: PodTree, tmp_path: Path
+) -> None:
+    """v1 blk-throttle binds the cgroup the processes are in: the limit goes on the container."""
+    disk = whole_disk(tmp_path)
+    throttled, free = tree.add_pod("burstable"), tree.add_pod("burstable")
+    blkio = tree.cgroupfs / "blkio"
+    if blkio not in tree.roots:
+        pytest.skip("no v1 blkio controller here")
+    container = blkio / throttled.rel / "app"
+    container.mkdir()
+    (container / "blkio.throttle.write_bps_device").write_text(f"{disk} {4 << 20}")
+    collector = node_collector(Paths(), ("cgroup",), {"cgroup.cgroup-root": tree.cgroup_root})
+    before = samples_of(scrape(collector))
+    start = time.monotonic()
+    dd = ["dd", "if=/dev/zero", "bs=64k", "count=128", "oflag=direct"]  # 8 MiB
+    throttled.start([*dd, f"of={tmp_path / 'a'}"], tmp_path / "a.log").wait(timeout=60)
+    took = time.monotonic() - start
+    free.start([*dd, f"of={tmp_path / 'b'}"], tmp_path / "b.log").wait(timeout=60)
+    after = samples_of(scrape(collector))
+
+    def delta(name: str, uid: str, **labels: str) -> float:
+        return pod_value(after, name, uid, **labels) - pod_value(before, name, uid, **labels)
+
+    limit = "mco_pod_io_limit_bytes_per_second"
+    assert pod_value(after, limit, throttled.uid, operation="write") == 4 << 20
+    assert not [ls for n, ls in after if n == limit and ("pod_uid", free.uid) in ls]
+    written = delta("mco_pod_io_bytes_total", throttled.uid, operation="write")
+    assert written == 8 << 20
+    assert took > 1.2  # 8 MiB at 4 MiB/s (the first slice passes at once)
+    assert delta("mco_pod_io_bytes_total", free.uid, operation="write") == 8 << 20
+    stall = "mco_pod_pressure_stalled_seconds_total"
+    assert delta(stall, throttled.uid, resource="io", kind="some") > 0.5
