@@ -47,6 +47,9 @@ PSI_RESOURCES = ("cpu", "io", "memory")
 MEMORY_EVENTS = ("max", "high", "oom_kill")
 SKIP_REASONS = ("vanished", "unreadable", "malformed", "max_pods")
 DEFAULT_MAX_PODS = 250  # Kubernetes allows 110 pods per node by default
+# Cgroup levels read below a pod: the kubelet makes one (its containers); a container that
+# nests its own (systemd inside) gets a few more. Bounds a scrape on a hostile tree.
+MAX_DEPTH = 4
 V1_ENUMERATE = ("memory", "blkio", "cpu")  # v1 controllers pods are listed from, in order
 # A file that is not there: its controller or PSI is off for this cgroup, not a failure.
 _ABSENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOTSUP)
@@ -168,8 +171,14 @@ def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
 
 
 def _subtree(directory: str) -> list[str]:
-    """The cgroup and every cgroup below it (one removed during the walk is left out)."""
-    return [dirpath for dirpath, _, _ in os.walk(directory)]
+    """The cgroup and the cgroups below it, at most ``MAX_DEPTH`` levels down (one removed
+    during the walk is left out)."""
+    found = [directory]
+    level = [directory]
+    for _ in range(MAX_DEPTH):
+        level = [child for parent in level for child in _subdirectories(parent)]
+        found += level
+    return found
 
 
 def read_pod(layout: Layout, pod: PodCgroup) -> PodSamples:
@@ -232,7 +241,7 @@ def _blkio_limits(directory: str) -> Limits:
 
 
 def _effective_limits(
-    directory: str, own: Callable[[str], Limits], *, hierarchical: bool
+    directory: str, own: Callable[[str], Limits], *, hierarchical: bool, depth: int = 0
 ) -> Limits:
     """The I/O limits the processes of a cgroup subtree are held to, summed over devices.
 
@@ -242,11 +251,14 @@ def _effective_limits(
     only to the cgroup's own processes, so a pod cgroup's own limit binds nothing once it has
     containers.
     """
-    children = _subdirectories(directory)
+    children = _subdirectories(directory) if depth < MAX_DEPTH else []
     mine = own(directory) if hierarchical or not children else {}
     if not children:
         return mine
-    below = [_effective_limits(c, own, hierarchical=hierarchical) for c in children]
+    below = [
+        _effective_limits(child, own, hierarchical=hierarchical, depth=depth + 1)
+        for child in children
+    ]
     summed = {k: sum(b[k] for b in below) for k in below[0] if all(k in b for b in below)}
     return {k: min(v for v in (mine.get(k), summed.get(k)) if v is not None) for k in mine | summed}
 

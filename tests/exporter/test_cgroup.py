@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import parse_settings
+from exporter.collectors import cgroup as cgroup_module
 from exporter.paths import Paths, read_text
 from tests.exporter.conftest import FIXTURES, Samples, node_collector, samples_of, scrape
 
@@ -281,3 +282,30 @@ def test_v1_io_limits_are_the_containers_not_the_pods() -> None:
     assert io_limits(samples, "d4fa5049-04a8-419a-88ff-651f28a6a393") == {
         ("bytes", "write"): 4194304.0
     }
+
+
+def test_a_deeply_nested_pod_is_read_to_a_bounded_depth(tmp_path: Path) -> None:
+    """A tree nested thousands of levels deep neither fails the scrape nor takes long."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "cgroup-v1-hybrid", tree)
+    uid = "d4fa5049-04a8-419a-88ff-651f28a6a393"
+    pod = tree / f"sys/fs/cgroup/memory/kubepods/besteffort/pod{uid}"
+    fd = os.open(pod, os.O_RDONLY)
+    try:
+        for _ in range(2000):  # longer than any path: walk down with *at() calls
+            os.mkdir("d", dir_fd=fd)
+            with open(os.open("memory.failcnt", os.O_CREAT | os.O_WRONLY, dir_fd=fd), "w") as f:
+                f.write("1\n")
+            child = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+    samples = scrape_tree(tree)
+    assert samples[(SUCCESS, frozenset({("collector", "cgroup")}))] == 1
+    events = (
+        "mco_pod_memory_events_total",
+        frozenset({("pod_uid", uid), ("qos", "besteffort"), ("event", "max")}),
+    )
+    # The pod and every level below it count 1 each: the pod and MAX_DEPTH levels are read.
+    assert samples[events] == 1 + cgroup_module.MAX_DEPTH
