@@ -55,11 +55,7 @@ class Pod:
         return [h / self.rel / container for h in self.tree.roots]
 
     def set_memory_limit(self, limit_bytes: int) -> None:
-        for root in self.tree.roots:
-            for name in ("memory.limit_in_bytes", "memory.max"):
-                path = root / self.rel / name
-                if path.exists() and (root.name == "memory" or root == self.tree.cgroupfs):
-                    path.write_text(str(limit_bytes))
+        self.tree.set_memory_limit(self.rel, limit_bytes)
 
     def start(self, argv: list[str], log: Path, container: str = "app") -> subprocess.Popen[bytes]:
         """Run ``argv`` in a container cgroup of the pod, in every hierarchy, from its birth."""
@@ -84,6 +80,20 @@ class PodTree:
     roots: list[Path]
     cgroup_root: str  # the kubelet's --cgroup-root for this tree
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def set_memory_limit(self, rel: str, limit_bytes: int) -> None:
+        """A memory limit on the cgroup ``rel`` (v1 ``memory.limit_in_bytes``, v2 ``memory.max``;
+        on a pure v2 host the memory controller must already be delegated down to it)."""
+        for root in self.roots:
+            if root.name == "memory" or root == self.cgroupfs:
+                for name in ("memory.limit_in_bytes", "memory.max"):
+                    if (root / rel / name).exists():
+                        (root / rel / name).write_text(str(limit_bytes))
+
+    def limit_node_memory(self, limit_bytes: int) -> None:
+        """A memory limit on the whole tree, standing in for the node's memory: pods that stay
+        within their own limits still reclaim each other's pages under it."""
+        self.set_memory_limit(self.cgroup_root.strip("/"), limit_bytes)
 
     def add_pod(self, qos: str = "burstable") -> Pod:
         uid = str(uuid.uuid4())
@@ -125,6 +135,8 @@ def _remove(top: Path, timeout: float = 10.0) -> None:
 def pod_tree(cgroupfs: Path = CGROUPFS) -> Iterator[PodTree]:
     tree = PodTree(cgroupfs, hierarchies(cgroupfs), f"/mco-test-{uuid.uuid4().hex[:8]}")
     try:
+        for root in tree.roots:
+            (root / tree.cgroup_root.strip("/") / "kubepods").mkdir(parents=True)
         yield tree
     finally:
         tree.close()
