@@ -17,6 +17,7 @@ BENCHMARKS = {
     "detection": "bench.detection",
     "wide_node": "bench.wide_node",
     "irq_detection": "bench.irq_detection",
+    "cgroup_pods": "bench.cgroup_pods",
 }
 
 

@@ -59,6 +59,12 @@ def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser
     parser.add_argument("--path.sysfs", dest="sysfs", default="/sys")
     parser.add_argument("--path.rootfs", dest="rootfs", default="/")
     parser.add_argument(
+        "--path.cgroupfs",
+        dest="cgroupfs",
+        default="/sys/fs/cgroup",
+        help="the host's cgroup file system (v2, or the v1 controllers' parent)",
+    )
+    parser.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME") or socket.gethostname(),
         help="node name for mco_node_info (default: $NODE_NAME, else the hostname)",

@@ -11,17 +11,22 @@ from typing import Final
 
 @dataclass(frozen=True, slots=True)
 class Paths:
-    """Where the host's /proc, /sys and / are mounted (node_exporter's --path.* flags)."""
+    """Where the host's /proc, /sys, / and cgroup file system are mounted (node_exporter's
+    --path.* flags; the cgroupfs is apart from /sys because a pod may get it as its own mount)."""
 
     procfs: str = "/proc"
     sysfs: str = "/sys"
     rootfs: str = "/"
+    cgroupfs: str = "/sys/fs/cgroup"
 
     def proc(self, *parts: str) -> str:
         return os.path.join(self.procfs, *parts)
 
     def sys(self, *parts: str) -> str:
         return os.path.join(self.sysfs, *parts)
+
+    def cgroup(self, *parts: str) -> str:
+        return os.path.join(self.cgroupfs, *parts)
 
     def root(self, path: str) -> str:
         """Map an absolute host path (``/dev/kvm``) under the configured rootfs."""

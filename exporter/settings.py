@@ -29,7 +29,9 @@ class ExporterSettings:
         flags = vars(args)
         return cls(
             web=web_settings(args),
-            paths=Paths(procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs),
+            paths=Paths(
+                procfs=args.procfs, sysfs=args.sysfs, rootfs=args.rootfs, cgroupfs=args.cgroupfs
+            ),
             node_name=args.node_name,
             collectors=tuple(n for n in all_specs if flags[f"collector_{n}"]),
             options={

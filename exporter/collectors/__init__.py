@@ -2,6 +2,7 @@
 
 from exporter.collectors import (
     biolatency,
+    cgroup,
     cpu,
     diskstats,
     kata,
@@ -16,6 +17,7 @@ from exporter.collectors import (
 
 __all__ = [
     "biolatency",
+    "cgroup",
     "cpu",
     "diskstats",
     "kata",

@@ -9,6 +9,7 @@ an unrestricted root run of the same flags.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 
+from scripts.kubepods import pod_tree, why_not_here
 from scripts.procs import Managed, free_port
 from tests.chart.helm import render
 from tests.exporter.conftest import samples_of
@@ -38,6 +40,7 @@ FILE_COLLECTORS = (
     "schedstat",
     "softirqs",
     "resctrl",
+    "cgroup",
 )
 
 
@@ -132,8 +135,13 @@ def families(samples: dict[tuple[str, Any], float]) -> set[str]:
 def test_default_identity_runs_every_file_collector_as_root_would(tmp_path: Path) -> None:
     uid, gid, caps, flags = chart_identity({})
     assert (uid, gid, caps) == (65532, 65532, [])
-    chart = scrape(tmp_path, setpriv(uid, gid, caps), flags)
-    root = scrape(tmp_path, [], flags)
+    with contextlib.ExitStack() as stack:
+        if why_not_here() is None:  # real pod cgroups, with a process in one, for the cgroup one
+            tree = stack.enter_context(pod_tree())
+            tree.add_pod("burstable").start(["sleep", "60"], tmp_path / "sleep.log")
+            flags = [*flags, f"--collector.cgroup.cgroup-root={tree.cgroup_root}"]
+        chart = scrape(tmp_path, setpriv(uid, gid, caps), flags)
+        root = scrape(tmp_path, [], flags)
     got = success(chart)
     # The chart turns off the two collectors that need root with capabilities.
     assert set(got) == {*FILE_COLLECTORS, "kata"}
@@ -144,6 +152,8 @@ def test_default_identity_runs_every_file_collector_as_root_would(tmp_path: Path
     assert got["pressure"] == float(Path("/proc/pressure/io").exists())
     assert got["schedstat"] == float(Path("/proc/schedstat").exists())
     assert got["resctrl"] == float(Path("/sys/fs/resctrl/mon_data").exists())
+    # Pod cgroup files are world-readable: per-pod series need no root either.
+    assert got["cgroup"] == float(why_not_here() is None)
     # Kata readiness needs no root: the shim's mode and KVM in sysfs are world-readable.
     assert (
         chart[("mco_kata_runtime_ready", frozenset())]

@@ -101,6 +101,21 @@ def host_mounts(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str
     return out
 
 
+CGROUP = {"/host/cgroup": "/sys/fs/cgroup"}  # the cgroup collector's pod cgroups
+
+
+def test_the_cgroupfs_mount_follows_the_cgroup_collector() -> None:
+    pod, container = exporter_pod({"exporter": {"collectors": {"cgroup": False}}})
+    assert "/host/cgroup" not in host_mounts(pod, container)
+    assert not [a for a in container["args"] if a.startswith("--path.cgroupfs")]
+    assert "--no-collector.cgroup" in container["args"]
+    pod, container = exporter_pod({"exporter": {"collectors": {"cgroup": True}}})
+    assert host_mounts(pod, container)["/host/cgroup"] == "/sys/fs/cgroup"
+    assert "--path.cgroupfs=/host/cgroup" in container["args"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "cgroup")
+    assert volume["hostPath"]["type"] == "Directory"
+
+
 def kata_shim_dirs() -> dict[str, str]:
     """What the kata collector's default shim paths need: each top-level directory under
     /host/root (exporter/collectors/kata.py is the one list)."""
@@ -126,9 +141,9 @@ def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(scenar
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-    # /proc, /sys and the Kata shim directories: nothing else of the host, never its /.
+    # /proc, /sys, the cgroupfs and the Kata shim directories: nothing else, never its /.
     mounts = host_mounts(pod, container)
-    assert mounts == {"/host/proc": "/proc", "/host/sys": "/sys", **kata_shim_dirs()}
+    assert mounts == {"/host/proc": "/proc", "/host/sys": "/sys", **CGROUP, **kata_shim_dirs()}
     assert "/" not in mounts.values()
     # Every host path is read-only; only the scratch emptyDir is writable.
     writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
@@ -136,6 +151,7 @@ def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(scenar
     args = container["args"]
     for flag in ("--path.procfs=/host/proc", "--path.sysfs=/host/sys", "--path.rootfs=/host/root"):
         assert flag in args
+    assert "--path.cgroupfs=/host/cgroup" in args
     # The two collectors that need root with capabilities are off, so none fails every scrape.
     assert {"--no-collector.biolatency", "--no-collector.perf_llc"} <= set(args)
 
@@ -152,6 +168,7 @@ def test_kernel_events_run_as_root_with_only_what_ebpf_and_perf_need() -> None:
     assert mounts == {
         "/host/proc": "/proc",
         "/host/sys": "/sys",
+        **CGROUP,
         **kata_shim_dirs(),
         "/sys/kernel/tracing": "/sys/kernel/tracing",
         "/sys/fs/bpf": "/sys/fs/bpf",
@@ -168,6 +185,7 @@ def test_kata_mounts_follow_the_shim_paths_and_the_collector() -> None:
     assert host_mounts(pod, container) == {
         "/host/proc": "/proc",
         "/host/sys": "/sys",
+        **CGROUP,
         "/host/root/var": "/var",
         "/host/root/opt": "/opt",
     }

@@ -105,7 +105,7 @@ def test_collector_switches_and_recorded_tree(tmp_path: Path) -> None:
         for (n, labels) in samples
         if n == "mco_exporter_collector_success"
     }
-    assert collectors == set(FILE_COLLECTORS) - {"vmstat"}
+    assert collectors == set(FILE_COLLECTORS) - {"vmstat"} | {"cgroup"}  # cgroup: on by default
     assert not any(n == "mco_vmstat_pgscan_total" for n, _ in samples)
     devices = {
         dict(labels)["device"] for (n, labels) in samples if n == "mco_block_io_completed_total"

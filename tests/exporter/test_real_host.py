@@ -82,6 +82,12 @@ def test_scrape_shows_every_signal_whose_source_exists(exporter: str) -> None:
         "schedstat": Path("/proc/schedstat").exists(),
         "perf_llc": Path("/sys/bus/event_source/devices/cpu").exists(),
         "resctrl": Path("/sys/fs/resctrl/mon_data").exists(),
+        # Pod cgroups only on a Kubernetes node (v2, or a v1 controller).
+        "cgroup": any(
+            (Path("/sys/fs/cgroup") / h / k).is_dir()
+            for h in ("", "memory", "blkio", "cpu")
+            for k in ("kubepods", "kubepods.slice")
+        ),
     }
     assert success["pressure"] == float(host["pressure"])
     assert ("mco_pressure_stalled_seconds_total" in names) == host["pressure"]
@@ -91,6 +97,8 @@ def test_scrape_shows_every_signal_whose_source_exists(exporter: str) -> None:
     if not host["perf_llc"]:
         assert success["perf_llc"] == 0
     assert success["resctrl"] == float(host["resctrl"])
+    assert success["cgroup"] == float(host["cgroup"])
+    assert ("mco_cgroup_pods" in names) and ("mco_cgroup_pods_skipped_total" in names)
     if Path("/proc/vmstat").read_text().find("pgscan_file") >= 0:
         assert "mco_vmstat_pgscan_by_type_total" in names
     for collector in ("meminfo", "vmstat", "cpu", "softirqs", "diskstats", "kata"):
