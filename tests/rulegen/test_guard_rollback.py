@@ -21,7 +21,7 @@ from kubernetes_asyncio import client
 
 from reporter.promql import SourceConfig
 from rulegen import guard, history
-from rulegen.cli import main
+from rulegen.cli import RollbackCommand, cmd_rollback, main
 from rulegen.controller import GUARD_REJECTED, RuleConfigController
 from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object
@@ -231,3 +231,35 @@ def test_cli_rollback_without_a_cluster_exits_2(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "absent-kubeconfig"
     assert main(["rollback", "--kubeconfig", str(missing)]) == 2
     assert "no Kubernetes API configuration" in capsys.readouterr().err
+
+
+async def test_cli_rollback_through_a_kubeconfig(guarded, tmp_path: Path, capsys) -> None:
+    """The console command: the user's kubeconfig, the restore printed, exit 2 with the
+    generations kept when the asked one is not among them."""
+    cluster, _, api = guarded
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "stand-in", "cluster": {"server": api.configuration.host}}],
+                "users": [{"name": "me", "user": {}}],
+                "contexts": [{"name": "here", "context": {"cluster": "stand-in", "user": "me"}}],
+                "current-context": "here",
+            }
+        )
+    )
+    await cluster.post(DRC_PATH, json=drc(_memory(0.05)))
+    await _applied(cluster, 1)
+    await _edit(cluster, _memory(0.04), 2)
+    await _applied(cluster, 2)
+    command = RollbackCommand(kubeconfig=str(kubeconfig), to_generation=9)
+    assert await cmd_rollback(command) == 2
+    assert "generation 9 is not in the history of DetectionRuleConfig default; it has: 2, 1" in (
+        capsys.readouterr().err
+    )
+    assert await cmd_rollback(RollbackCommand(kubeconfig=str(kubeconfig))) == 0
+    assert "restored the spec of generation 1 (was generation 2)" in capsys.readouterr().out
+    stored = cluster.objects[DRC, None, "default"].raw
+    assert stored["spec"] == _memory(0.05)
