@@ -285,14 +285,16 @@ def test_v1_io_limits_are_the_containers_not_the_pods() -> None:
 
 
 def test_a_deeply_nested_pod_is_read_to_a_bounded_depth(tmp_path: Path) -> None:
-    """A tree nested a hundred levels deep neither fails the scrape nor takes long."""
+    """A tree nested deeper than the cap neither fails the scrape nor is read below it."""
     tree = tmp_path / "tree"
     shutil.copytree(FIXTURES / "cgroup-v1-hybrid", tree)
     uid = "d4fa5049-04a8-419a-88ff-651f28a6a393"
     pod = tree / f"sys/fs/cgroup/memory/kubepods/besteffort/pod{uid}"
     fd = os.open(pod, os.O_RDONLY)
     try:
-        for _ in range(100):  # far deeper than the cap (pytest's own clean-up recurses)
+        # Three times the cap; not much deeper: pytest's clean-up of old temporary trees
+        # recurses per level and hit Python's recursion limit on a 100-level tree.
+        for _ in range(3 * cgroup_module.MAX_DEPTH):
             os.mkdir("d", dir_fd=fd)
             with open(os.open("memory.failcnt", os.O_CREAT | os.O_WRONLY, dir_fd=fd), "w") as f:
                 f.write("1\n")
@@ -309,3 +311,4 @@ def test_a_deeply_nested_pod_is_read_to_a_bounded_depth(tmp_path: Path) -> None:
     )
     # The pod and every level below it count 1 each: the pod and MAX_DEPTH levels are read.
     assert samples[events] == 1 + cgroup_module.MAX_DEPTH
+    shutil.rmtree(tree)
