@@ -149,6 +149,10 @@ def _lock() -> Iterator[None]:
         yield
 
 
+class BaseUnavailableError(RuntimeError):
+    """mmdebstrap could not build the base (typically: the apt sources are unreachable)."""
+
+
 def base_image(log: bool = True) -> str:
     """``localhost/mco-base:KEY``: a Debian rootfs from mmdebstrap, imported into buildah."""
     key = hashlib.sha256(f"{SUITE} {' '.join(BASE_PACKAGES)}".encode()).hexdigest()[:12]
@@ -160,16 +164,22 @@ def base_image(log: bool = True) -> str:
         if log:
             print(f"image: mmdebstrap {SUITE} rootfs with {', '.join(BASE_PACKAGES)}", flush=True)
         partial = rootfs.with_suffix(".partial.tar")
-        _run(
-            [
-                "mmdebstrap",
-                "--quiet",
-                "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
-                SUITE,
-                str(partial),
-            ]
-        )
+        argv = [
+            "mmdebstrap",
+            "--quiet",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            SUITE,
+            str(partial),
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            partial.unlink(missing_ok=True)
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise BaseUnavailableError(
+                f"mmdebstrap could not build the {SUITE} base from the configured apt sources"
+                f" (exit {done.returncode}):\n{tail}"
+            )
         partial.rename(rootfs)
     if log:
         print(f"image: importing {rootfs.name} as {ref}", flush=True)
@@ -191,7 +201,10 @@ class Built:
 
 
 def build(*, log: bool = True) -> Built:
-    """The image of this tree, built unless an identical build is already in buildah's store."""
+    """The image of this tree, built unless an identical build is already in buildah's store.
+
+    Raises BaseUnavailableError when the base cannot be made (no apt sources reachable).
+    """
     with _lock():
         start = time.monotonic()
         base = base_image(log)
@@ -252,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     if reasons:
         print("image: cannot build here: " + "; ".join(reasons), file=sys.stderr)
         return 1
-    built = build()
+    try:
+        built = build()
+    except BaseUnavailableError as exc:
+        print(f"image: {exc}", file=sys.stderr)
+        return 1
     write_archive(built.ref, args.archive, args.tag)
     how = "reused (unchanged tree)" if built.reused else f"built in {built.seconds:.0f}s"
     print(

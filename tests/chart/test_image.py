@@ -1,12 +1,11 @@
 """The image the chart runs: the Dockerfile copies enough to build MCO, with every command.
 
-No container engine runs here, so the image itself is not built (docs/helm.md says so); this
-builds the wheel from exactly the paths the Dockerfile copies and checks what the chart needs.
+These checks need no container engine: they build the wheel from exactly the paths the
+Dockerfile copies and check what the chart needs. tests/image builds and runs the image itself.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -16,18 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from scripts.image import copied_sources
 from tests.chart.helm import ROOT, merge, render, render_scenario, scenario_values
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-
-
-def copied_sources() -> list[str]:
-    sources: list[str] = []
-    for line in DOCKERFILE.splitlines():
-        match = re.match(r"COPY (?!--from)(.+) \S+$", line)
-        if match:
-            sources += match.group(1).split()
-    return sources
 
 
 def test_every_copied_path_exists_and_every_package_is_copied() -> None:
