@@ -14,8 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
-from scripts.image import copied_sources
+from scripts.image import chart_image_ref, copied_sources
 from tests.chart.helm import ROOT, merge, render, render_scenario, scenario_values
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -101,3 +102,24 @@ def test_wheel_built_from_the_copied_paths_holds_everything(tmp_path: Path) -> N
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("mco-exporter", "mco-reporter", "mco-rulegen", "mco-extender"):
         assert f"{command} = " in text
+
+
+def test_chart_pulls_what_make_image_archives() -> None:
+    """`kind load image-archive .cache/image/mco.tar` gives the nodes the default reference."""
+    rendered = render_scenario("full")
+    images = {
+        c["image"] for obj, c in rendered.containers() if "kata" not in obj["metadata"]["name"]
+    }
+    app_version = yaml.safe_load((ROOT / "charts/mco/Chart.yaml").read_text())["appVersion"]
+    assert images == {chart_image_ref()} == {f"ghcr.io/mco-io/mco:{app_version}"}
+    values = merge(
+        scenario_values("full"),
+        {"image": {"registry": "registry.example.com", "repository": "mco/mco", "tag": "dev"}},
+    )
+    pushed = {c["image"] for _, c in render(values).containers()}
+    assert pushed == {"registry.example.com/mco/mco:dev"}
+    bare = {
+        c["image"]
+        for _, c in render(merge(scenario_values("full"), {"image": {"registry": ""}})).containers()
+    }
+    assert bare == {f"mco-io/mco:{app_version}"}
