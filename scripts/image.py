@@ -239,7 +239,35 @@ def build(*, log: bool = True) -> Built:
             ],
             stdout=subprocess.DEVNULL if not log else None,
         )
-        return Built(ref, time.monotonic() - start, reused=False)
+        seconds = time.monotonic() - start
+        prune()
+        return Built(ref, seconds, reused=False)
+
+
+def prune(keep: int = 3, cache_days: float = 1.0) -> None:
+    """Drop all but the newest ``keep`` builds of earlier trees, and `--layers` cache images
+    older than ``cache_days``, so disk use stays bounded however often the tree changes
+    (worktrees share buildah's store). The dependency layer is rebuilt at most once a day."""
+    listing = json.loads(_run(["buildah", "images", "--json"], capture_output=True).stdout)
+    builds = sorted(
+        (
+            (entry["created"], name)
+            for entry in listing or []
+            for name in entry.get("names") or []
+            if name.startswith(f"{LOCAL_NAME}:src-")
+        ),
+        reverse=True,
+    )
+    stale = [name for _, name in builds[keep:]]
+    cutoff = time.time() - cache_days * 86400
+    stale += [
+        entry["id"]
+        for entry in listing or []
+        if not entry.get("names") and entry.get("created", cutoff) < cutoff
+    ]
+    for name in stale:
+        # Fails harmlessly for an image another one still builds on.
+        subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
 def image_size(ref: str) -> str:
