@@ -62,6 +62,22 @@ def missing() -> list[str]:
     return reasons
 
 
+def engine_refusal() -> str | None:
+    """Why buildah cannot make and mount a container here (a sandbox without overlay or mount
+    rights), or None. Needs no image and no network, so a Dockerfile bug never hides behind it."""
+    made = subprocess.run(["buildah", "from", "scratch"], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"buildah cannot create a container here: {made.stderr.strip()}"
+    container = made.stdout.strip()
+    try:
+        mounted = subprocess.run(["buildah", "mount", container], capture_output=True, text=True)
+        if mounted.returncode != 0:
+            return f"buildah cannot mount a container here: {mounted.stderr.strip()}"
+        return None
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+
+
 def copied_sources(dockerfile: str | None = None) -> list[str]:
     """The paths the Dockerfile copies from the build context."""
     text = (ROOT / "Dockerfile").read_text() if dockerfile is None else dockerfile
@@ -224,6 +240,7 @@ def build(*, log: bool = True) -> Built:
                 "--isolation",
                 "chroot",
                 "--layers",
+                "--force-rm",  # no intermediate container left behind by a failed step
                 "--quiet",
                 "--build-arg",
                 f"BASE_IMAGE={base}",

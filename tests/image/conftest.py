@@ -23,6 +23,9 @@ def image() -> str:
     reasons = image_build.missing()
     if reasons:
         pytest.skip("cannot build or run the image here: " + "; ".join(reasons))
+    refusal = image_build.engine_refusal()
+    if refusal:
+        pytest.skip(refusal)
     try:
         built = image_build.build(log=False)
     except image_build.BaseUnavailableError as exc:
