@@ -23,7 +23,7 @@ FROM ${BASE_IMAGE} AS build
 RUN dpkg -s python3 python3-venv >/dev/null 2>&1 \
  || (apt-get update \
      && apt-get install -y --no-install-recommends python3 python3-venv \
-     && rm -rf /var/lib/apt/lists/*)
+     && apt-get clean && rm -rf /var/lib/apt/lists/*)
 ARG PIP_CONSTRAINTS=""
 # Dependencies first: this layer is reused while the pins stay the same.
 RUN --mount=type=secret,id=pip-ca \
@@ -54,7 +54,7 @@ FROM ${BASE_IMAGE}
 RUN dpkg -s python3 python3-bpfcc >/dev/null 2>&1 \
  || (apt-get update \
      && apt-get install -y --no-install-recommends python3 python3-bpfcc \
-     && rm -rf /var/lib/apt/lists/*)
+     && apt-get clean && rm -rf /var/lib/apt/lists/*)
 # A name for UID 65532 (as distroless has), so tools that look the user up find one.
 RUN groupadd -K GID_MAX=65535 --gid 65532 nonroot \
  && useradd -K UID_MAX=65535 --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
