@@ -120,7 +120,7 @@ def test_exporter_reads_the_hosts_proc_and_sys_mounted_read_only(box, full, tmp_
     if Path("/proc/pressure/io").exists():
         assert value("mco_exporter_collector_success", collector="pressure") == 1
         assert value("mco_pressure_stalled_seconds_total", resource="io", kind="some") > 0
-    # Values are the host's, read through /host/proc: not the container's view, not zeros.
+    # The host's values, read through the /host/proc mount (without it these collectors fail).
     assert value("mco_memory_total_bytes") == host_meminfo_total()
     cpus = sum(1 for line in Path("/proc/stat").read_text().splitlines()
                if re.match(r"cpu\d+ ", line))  # fmt: skip
