@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 STRESS ?=
 RUN_ARGS ?=
 
-.PHONY: all run test lint typecheck pytest bench reliability generate check-generated system venv clean help
+.PHONY: all run test image image-test lint typecheck pytest bench reliability generate check-generated system venv clean help
 
 all: test
 
@@ -22,6 +22,8 @@ help:
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make reliability  replay issue 19's attacks at full scale (QUICK=1: smaller)"
 	@echo "make generate   regenerate checked-in rules, CRDs and dashboards"
+	@echo "make image      build the container image with buildah; writes $(IMAGE_ARCHIVE)"
+	@echo "make image-test run the image as the chart runs it (tests/image)"
 
 system:
 	@scripts/setup-system.sh
@@ -58,6 +60,15 @@ test: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The image's base is built from Debian packages (no registry needed); docs/helm.md.
+IMAGE_ARCHIVE ?= .cache/image/mco.tar
+
+image: venv
+	$(BIN)/python -m scripts.image --archive $(IMAGE_ARCHIVE)
+
+image-test: venv
+	$(BIN)/pytest tests/image $(PYTEST_ARGS)
 
 run: venv
 	$(BIN)/python -m scripts.local_stack $(if $(STRESS),--stress $(STRESS)) $(RUN_ARGS)

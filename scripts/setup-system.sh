@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real components MCO's tests and local stack run against (Prometheus, promtool,
-# VictoriaMetrics, stress-ng, bcc with kernel headers, load generators) and prepares the kernel
-# interfaces eBPF needs. Idempotent: a second run changes nothing and takes well under a second.
+# VictoriaMetrics, stress-ng, bcc with kernel headers, load generators, buildah and mmdebstrap
+# for the container image) and prepares the kernel interfaces eBPF needs. Idempotent: a second run changes nothing and takes well under a second.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +16,7 @@ packages=(
   python3-bpfcc bpfcc-tools # eBPF block-latency collector (kernel headers: further down)
   wrk hey hyperfine         # load generators for the benchmarks
   shellcheck                # lints scripts/kind-e2e.sh (tests/chart)
+  buildah mmdebstrap        # `make image`: the base from Debian packages, the image (tests/image)
 )
 
 sudo_cmd=()

@@ -1,12 +1,11 @@
 """The image the chart runs: the Dockerfile copies enough to build MCO, with every command.
 
-No container engine runs here, so the image itself is not built (docs/helm.md says so); this
-builds the wheel from exactly the paths the Dockerfile copies and checks what the chart needs.
+These checks need no container engine: they build the wheel from exactly the paths the
+Dockerfile copies and check what the chart needs. tests/image builds and runs the image itself.
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -15,19 +14,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from scripts.image import chart_image_ref, copied_sources
 from tests.chart.helm import ROOT, merge, render, render_scenario, scenario_values
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-
-
-def copied_sources() -> list[str]:
-    sources: list[str] = []
-    for line in DOCKERFILE.splitlines():
-        match = re.match(r"COPY (?!--from)(.+) \S+$", line)
-        if match:
-            sources += match.group(1).split()
-    return sources
 
 
 def test_every_copied_path_exists_and_every_package_is_copied() -> None:
@@ -110,3 +102,24 @@ def test_wheel_built_from_the_copied_paths_holds_everything(tmp_path: Path) -> N
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     for command in ("mco-exporter", "mco-reporter", "mco-rulegen", "mco-extender"):
         assert f"{command} = " in text
+
+
+def test_chart_pulls_what_make_image_archives() -> None:
+    """`kind load image-archive .cache/image/mco.tar` gives the nodes the default reference."""
+    rendered = render_scenario("full")
+    images = {
+        c["image"] for obj, c in rendered.containers() if "kata" not in obj["metadata"]["name"]
+    }
+    app_version = yaml.safe_load((ROOT / "charts/mco/Chart.yaml").read_text())["appVersion"]
+    assert images == {chart_image_ref()} == {f"ghcr.io/mco-io/mco:{app_version}"}
+    values = merge(
+        scenario_values("full"),
+        {"image": {"registry": "registry.example.com", "repository": "mco/mco", "tag": "dev"}},
+    )
+    pushed = {c["image"] for _, c in render(values).containers()}
+    assert pushed == {"registry.example.com/mco/mco:dev"}
+    bare = {
+        c["image"]
+        for _, c in render(merge(scenario_values("full"), {"image": {"registry": ""}})).containers()
+    }
+    assert bare == {f"mco-io/mco:{app_version}"}
