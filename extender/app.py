@@ -21,10 +21,13 @@ from extender.config import ExtenderConfig
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
 from extender.node_view import node_view
+from extender.pod_watch import PodWatch
 from extender.report_file import follow_file
 from extender.report_watch import ReportWatch
 from extender.reports import ReportStore
+from extender.reservation import POD_WATCH, AmountFor, Reservations
 from extender.verdict import Verdict
+from extender.volcano_placements import VolcanoPlacements
 from extender.wire import BadRequest, Body
 from mco.kubeconfig import api_client
 
@@ -36,6 +39,9 @@ METRICS = web.AppKey("metrics", ExtenderMetrics)
 SOURCE = web.AppKey("source", asyncio.Task[None])
 JUDGE = web.AppKey("judge", Judge)
 BUDGET = web.AppKey("budget", BodyBudget)
+RESERVATIONS = web.AppKey("reservations", Reservations)
+AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
+JUDGE = web.AppKey("judge", Judge)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -102,15 +108,39 @@ def _scheduler_route(
     return handle
 
 
-def _volcano_predicate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
-    result, verdict = volcano.predicate(volcano.decode_predicate(body), judge, now)
-    return _encode(result), (verdict,)
+def _volcano_routes(placements: VolcanoPlacements) -> dict[str, Answer]:
+    """Volcano's answers; each body's placed tasks are read first (when the mode says so), so
+    that the answer already counts them."""
+
+    def predicate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
+        args = volcano.decode_predicate(body)
+        placements.seen_in(body, now)
+        result, verdict = volcano.predicate(args, judge, now)
+        return _encode(result), (verdict,)
+
+    def prioritize(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
+        args = volcano.decode_prioritize(body, judge.config)
+        placements.seen_in(body, now)
+        result, verdicts = volcano.prioritize(args, judge, now)
+        return _encode(result), verdicts
+
+    def allocate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
+        placements.allocated(volcano.decode_task_event(body, needs_node=True), now)
+        return _EVENT_OK, ()
+
+    def deallocate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
+        placements.deallocated(volcano.decode_task_event(body, needs_node=False))
+        return _EVENT_OK, ()
+
+    return {
+        "predicate": predicate,
+        "prioritize": prioritize,
+        "allocate": allocate,
+        "deallocate": deallocate,
+    }
 
 
-def _volcano_prioritize(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
-    args = volcano.decode_prioritize(body, judge.config)
-    result, verdicts = volcano.prioritize(args, judge, now)
-    return _encode(result), verdicts
+_EVENT_OK = _encode(volcano.EventResult())
 
 
 def _kube_filter(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
@@ -187,25 +217,65 @@ async def _report_source(app: web.Application) -> AsyncIterator[None]:
         await asyncio.wait([task])  # an error it ended with was logged by _source_ended
 
 
-def make_app(config: ExtenderConfig) -> web.Application:
+def _placement_ended(task: asyncio.Task[None], watch: PodWatch) -> None:
+    if not task.cancelled():
+        watch.fall_back(repr(task.exception()))
+        log.error("the pod watch stopped: no reservations from it", exc_info=task.exception())
+
+
+async def _placement_source(app: web.Application) -> AsyncIterator[None]:
+    """kube-scheduler placements (``--watch-pods``). Unlike the report source, a pod watch that
+    stops only takes the reservations away: the extender keeps serving, and stays live."""
+    config = app[CONFIG].source
+    metrics = app[METRICS]
+    metrics.source_up[POD_WATCH] = False
+    async with contextlib.AsyncExitStack() as stack:
+        api = await api_client(config.kubeconfig)
+        stack.push_async_callback(api.close)
+        watch = PodWatch(api, app[STORE], app[RESERVATIONS], app[AMOUNT_FOR], metrics, config)
+        task = asyncio.create_task(watch.run(), name="pod-watch")
+        task.add_done_callback(lambda t: _placement_ended(t, watch))
+        log.info("watching pods bound to nodes for reservations")
+        yield
+        task.cancel()
+        await asyncio.wait([task])
+
+
+def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web.Application:
+    """``amount_for``: a pod's labels -> the level its placement reserves (default: the
+    ``reservationPerPod`` of the pod's policy, from the policies in force)."""
     quiet_bad_requests()
     app = web.Application(client_max_size=config.max_body_bytes)
     store = ReportStore()
-    judge = app[JUDGE] = Judge(store, config.verdict)
+    rc = config.reservation
+    reservations = Reservations(rc.span, rc.span + config.verdict.stale_after)
+    judge = app[JUDGE] = Judge(store, config.verdict, reservations=reservations)
     # Staleness follows the config in force (the report's status.config once it has one).
-    metrics = ExtenderMetrics(store, lambda: judge.config.stale_after, config.verdict.clock_skew)
+    metrics = ExtenderMetrics(
+        store, lambda: judge.config.stale_after, config.verdict.clock_skew, reservations
+    )
     app[CONFIG] = config
     app[STORE] = store
     app[METRICS] = metrics
+    app[RESERVATIONS] = reservations
+    app[AMOUNT_FOR] = amount_for or (lambda labels: judge.policy_for(labels).reservation_per_pod)
     app.cleanup_ctx.append(_report_source)
+    if rc.watch_pods:
+        app.cleanup_ctx.append(_placement_source)
 
     budget = app[BUDGET] = BodyBudget(config.max_body_memory)
+    placements = VolcanoPlacements(
+        rc.volcano_placements, store, reservations, app[AMOUNT_FOR], metrics
+    )
+    vc = _volcano_routes(placements)
 
     def route(name: str, answer: Answer) -> Handler:
         return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics)
 
-    app.router.add_post("/volcano/predicate", route("volcano_predicate", _volcano_predicate))
-    app.router.add_post("/volcano/prioritize", route("volcano_prioritize", _volcano_prioritize))
+    app.router.add_post("/volcano/predicate", route("volcano_predicate", vc["predicate"]))
+    app.router.add_post("/volcano/prioritize", route("volcano_prioritize", vc["prioritize"]))
+    app.router.add_post("/volcano/allocate", route("volcano_allocate", vc["allocate"]))
+    app.router.add_post("/volcano/deallocate", route("volcano_deallocate", vc["deallocate"]))
     app.router.add_post("/volcano/onSessionOpen", _session_hook)
     app.router.add_post("/volcano/onSessionClose", _session_hook)
     app.router.add_post("/scheduler/filter", route("scheduler_filter", _kube_filter))

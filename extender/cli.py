@@ -22,8 +22,12 @@ from extender.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_BODY_MEMORY,
+    DEFAULT_RESERVATION_PER_POD,
+    DEFAULT_RESERVATION_SPAN,
+    VOLCANO_PLACEMENTS,
     ExtenderConfig,
     ExtenderSettings,
+    ReservationConfig,
     SourceConfig,
     VerdictConfig,
 )
@@ -108,6 +112,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="multiplier on Volcano scores (Volcano adds extender scores unweighted)",
     )
+    reservation = parser.add_argument_group("reservations for pods placed since the data")
+    reservation.add_argument(
+        "--reservation-span",
+        type=duration,
+        default=DEFAULT_RESERVATION_SPAN,
+        metavar="DURATION",
+        help="how long after its placement a pod shows in its node's data: window + scrape + "
+        "evaluation + report + pod start (default 15s)",
+    )
+    reservation.add_argument(
+        "--reservation-per-pod",
+        type=float,
+        default=DEFAULT_RESERVATION_PER_POD,
+        metavar="LEVEL",
+        help="0-1 added to a node's level for each pod placed there within the span "
+        "(default 0.1; 0 turns reservations off)",
+    )
+    reservation.add_argument(
+        "--volcano-placements",
+        choices=VOLCANO_PLACEMENTS,
+        default="auto",
+        help="Volcano placements from its allocate/deallocate calls (verbs), from the tasks of "
+        "each request's NodeInfos (tasks), or from the tasks until the first such call "
+        "(auto, the default)",
+    )
+    reservation.add_argument(
+        "--watch-pods",
+        action="store_true",
+        help="kube-scheduler placements: watch pods bound to nodes (RBAC: list, watch pods)",
+    )
     server = parser.add_argument_group("server")
     server.add_argument(
         "--max-body-size",
@@ -152,6 +186,12 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
             report_file=args.report_file,
             kubeconfig=args.kubeconfig,
             poll_interval=args.report_poll_interval,
+        ),
+        reservation=ReservationConfig(
+            span=args.reservation_span,
+            per_pod=args.reservation_per_pod,
+            volcano_placements=args.volcano_placements,
+            watch_pods=args.watch_pods,
         ),
         max_body_bytes=args.max_body_size,
         max_body_memory=args.max_body_memory,

@@ -14,6 +14,10 @@ fresh verdict expires at ``sampleTime + staleAfter``; a ``live`` entry holds unt
 heartbeat, so its fresh verdict lasts while ``max(sampleTime, heartbeat) + staleAfter`` is
 ahead, and a stale one may turn fresh whenever the heartbeat moves. An entry dated
 ``clockSkew`` or more in the future is stale until the clock comes within ``clockSkew`` of it.
+
+The tables hold verdicts without reservations: those change with every placement and with the
+clock, and concern few nodes at a time. A lookup decides again, after the table, only the
+nodes asked about that hold a reservation (``extender.reservation``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from itertools import repeat
 from extender.config import VerdictConfig
 from extender.policy import LiveConfig, PolicySet, from_report
 from extender.reports import KnownNode, ReportStore
+from extender.reservation import Reservations
 from extender.verdict import NodeFacts, PodFacts, Verdict, decide
 from mco.policy import Policy
 from reporter.schema import ReportConfig
@@ -192,11 +197,16 @@ class Judge:
     """
 
     def __init__(
-        self, store: ReportStore, config: VerdictConfig, max_entries: int = MAX_TABLE_ENTRIES
+        self,
+        store: ReportStore,
+        config: VerdictConfig,
+        max_entries: int = MAX_TABLE_ENTRIES,
+        reservations: Reservations | None = None,
     ) -> None:
         self.store = store
         self._flags = config
         self.live = LiveConfig(config, PolicySet())
+        self.reservations = reservations
         self._max_entries = max_entries
         # Keyed by (Kata runtime class or None, policy name); least recently used first.
         self._tables: dict[tuple[str | None, str], _Table] = {}
@@ -224,7 +234,15 @@ class Judge:
         if known is None:
             return decide(None, -math.inf, pod, facts, self.config, now)
         held = known.held_until(self.store.heartbeat)
-        return decide(known.entry, held, pod, facts, self.config, now)
+        return decide(
+            known.entry, held, pod, facts, self.config, now, self.reserved(facts.name, held, now)
+        )
+
+    def reserved(self, name: str, held_until: float, now: float) -> float:
+        """What recent placements add to the node's level (0 without reservations)."""
+        if self.reservations is None:
+            return 0.0
+        return self.reservations.reserved(name, held_until, now)
 
     def names(self, names: Sequence[str], pod: PodFacts, now: float) -> list[Verdict]:
         """Many nodes known only by name: ``decide`` for each, served from the tables."""
@@ -239,7 +257,43 @@ class Judge:
         if table.grew:
             table.grew = False
             self._trim(table)
+        if self.reservations is not None:
+            active = self.reservations.active(now)
+            if active:
+                self._reserve(names, verdicts, active.keys() & names, pod, now)
         return verdicts
+
+    def _reserve(
+        self,
+        names: Sequence[str],
+        verdicts: list[Verdict],
+        hit: set[str],
+        pod: PodFacts,
+        now: float,
+    ) -> None:
+        """Decide again, with their reservation, the nodes asked about that hold one."""
+        if not hit:
+            return
+        redo: dict[str, Verdict] = {}
+        for name in hit:
+            known = self.store.get(name)
+            if known is None:
+                continue
+            held = known.held_until(self.store.heartbeat)
+            reserved = self.reservations.reserved(name, held, now) if self.reservations else 0.0
+            if reserved > 0:
+                facts = NodeFacts(name)
+                redo[name] = decide(known.entry, held, pod, facts, self.config, now, reserved)
+        if not redo:
+            return
+        where = dict(zip(names, range(len(names)), strict=True))  # at C speed
+        if len(where) == len(names):
+            for name, verdict in redo.items():
+                verdicts[where[name]] = verdict
+        else:  # a name asked twice: every copy gets its verdict
+            for i, name in enumerate(names):
+                if name in redo:
+                    verdicts[i] = redo[name]
 
     def table_entries(self) -> int:
         """Verdicts held by all tables (for tests and the bound above)."""
@@ -262,6 +316,8 @@ class Judge:
         live = from_report(self._flags, report)
         if live is None:
             return
+        if self.reservations is not None:  # placements last as long as data can stay fresh
+            self.reservations.keep_for = self.reservations.span + live.verdict.stale_after
         same = (
             live.verdict == self.live.verdict and live.policies.policies == self.policies.policies
         )

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from extender.config import CLOCK_SKEW
 from extender.reports import ReportStore
+from extender.reservation import Reservations
 from extender.verdict import Verdict
 from mco import selfmetrics
 
@@ -98,12 +99,38 @@ class ReportCollector(Collector):
         yield objects
 
 
+class ReservationCollector(Collector):
+    """Placements held and whether each placement feed works, at scrape time."""
+
+    def __init__(self, reservations: Reservations | None, source_up: dict[str, bool]) -> None:
+        self._reservations = reservations
+        self._source_up = source_up
+
+    def collect(self) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            selfmetrics.EXTENDER_RESERVATION_PODS,
+            "Recent placements held for reservations (all sources, this worker).",
+        )
+        held.add_metric([], float(len(self._reservations or ())))
+        yield held
+        up = GaugeMetricFamily(
+            selfmetrics.EXTENDER_RESERVATION_SOURCE_UP,
+            "1 while a placement feed that can break works (the pod watch); 0: no reservation "
+            "from it.",
+            labels=["source"],
+        )
+        for source, ok in sorted(self._source_up.items()):
+            up.add_metric([source], 1.0 if ok else 0.0)
+        yield up
+
+
 class ExtenderMetrics:
     def __init__(
         self,
         store: ReportStore,
         stale_after: float | Callable[[], float],
         clock_skew: float = CLOCK_SKEW,
+        reservations: Reservations | None = None,
     ) -> None:
         multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         self.registry = CollectorRegistry(auto_describe=False)
@@ -113,6 +140,15 @@ class ExtenderMetrics:
             MultiProcessCollector(self.registry, multiprocess_dir)  # type: ignore[no-untyped-call]
         follow = stale_after if callable(stale_after) else lambda: float(stale_after)
         self.registry.register(ReportCollector(store, follow, clock_skew))
+        # Feeds that can break (the pod watch) -> whether they work now; set by the feed.
+        self.source_up: dict[str, bool] = {}
+        self.registry.register(ReservationCollector(reservations, self.source_up))
+        self._placements = Counter(
+            selfmetrics.EXTENDER_PLACEMENTS,
+            "Placements heard by source and result (recorded, unknown_node: ignored, removed).",
+            ["source", "result"],
+            registry=owner,
+        )
         self._duration = Histogram(
             selfmetrics.EXTENDER_REQUEST_DURATION,
             "Time to answer a request, by route (body read included).",
@@ -158,6 +194,9 @@ class ExtenderMetrics:
         if count is None:
             count = self._request_counts[route, code] = self._requests.labels(route, str(code))
         count.inc()
+
+    def count_placement(self, source: str, result: str, n: int = 1) -> None:
+        self._placements.labels(source, result).inc(n)
 
     def count_verdict(self, route: str, verdict: Verdict) -> None:
         self._verdict_counter(route, verdict.passed, verdict.reason).inc()

@@ -28,7 +28,8 @@ class NodeView(msgspec.Struct, rename="camel"):
     verdict: VerdictView  # for a pod without labels and without a Kata runtime class
     kata_verdict: VerdictView  # for such a pod whose runtimeClassName matches the Kata globs
     policy_verdicts: dict[str, VerdictView]  # for a pod of each policy in force, by name
-    level: float | None
+    level: float | None  # measured, as the report says
+    reservation: float  # added for pods placed since the data (capped at 1); in the verdicts
     schedulable: bool
     kata_ready: bool
     fallback: bool
@@ -81,16 +82,18 @@ def node_view(judge: Judge, now: float) -> NodesView:
         facts = NodeFacts(name)
         held = store.held_until(known)
         age = now - held
+        reserved = judge.reserved(name, held, now) if judge is not None else 0.0
         nodes.append(
             NodeView(
                 name=name,
-                verdict=_view(decide(entry, held, plain, facts, config, now), config),
-                kata_verdict=_view(decide(entry, held, kata, facts, config, now), config),
+                verdict=_view(decide(entry, held, plain, facts, config, now, reserved), config),
+                kata_verdict=_view(decide(entry, held, kata, facts, config, now, reserved), config),
                 policy_verdicts={
-                    name: _view(decide(entry, held, pod, facts, config, now), config)
+                    name: _view(decide(entry, held, pod, facts, config, now, reserved), config)
                     for name, pod in classes.items()
                 },
                 level=entry.level,
+                reservation=round(reserved, 6),
                 schedulable=entry.schedulable,
                 kata_ready=entry.kata_ready,
                 fallback=entry.fallback,

@@ -1,9 +1,10 @@
 """``mco-extender print-config``: the scheduler-side configuration that points at this extender.
 
-Volcano: one tier holding the ``extender`` plugin with the predicate and prioritize verbs only,
-``ignorable: true`` (a slow or absent extender must never stop scheduling) and a timeout well
-under Volcano's 1 s default. kube-scheduler: an ``extenders`` entry with ``nodeCacheCapable``
-(names instead of full Node objects on the wire) and ``ignorable``.
+Volcano: one tier holding the ``extender`` plugin with the predicate and prioritize verbs and the
+allocate/deallocate event verbs (placements, for reservations), ``ignorable: true`` (a slow or
+absent extender must never stop scheduling) and a timeout well under Volcano's 1 s default.
+kube-scheduler: an ``extenders`` entry with ``nodeCacheCapable`` (names instead of full Node
+objects on the wire) and ``ignorable``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def volcano_tier(url: str, http_timeout: str) -> list[dict[str, Any]]:
                         "extender.ignorable": True,
                         "extender.predicateVerb": "predicate",
                         "extender.prioritizeVerb": "prioritize",
+                        # Volcano >= 1.13: each task's placement, for reservations.
+                        "extender.allocateFuncVerb": "allocate",
+                        "extender.deallocateFuncVerb": "deallocate",
                     },
                 }
             ]

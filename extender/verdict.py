@@ -180,4 +180,9 @@ def decide(
             unresolvable,
         )
     score = weighted_score(level, policy.score_weight, config.neutral_score)
-    return _verdict(True, Reason.OK, f"mco: {note}" if note else "", score, False)
+    said = [note] if note else []
+    if reserved > 0:  # shown apart from the measured level
+        measured = min(1.0, max(0.0, entry.level))
+        said.insert(0, f"measured level {measured:.4g} + reservation {reserved:.4g} "
+                       f"(pods placed since the data) = {level:.4g}")  # fmt: skip
+    return _verdict(True, Reason.OK, f"mco: {'; '.join(said)}" if said else "", score, False)

@@ -12,12 +12,15 @@ anything unexpected falls back to a full decode of the body, which is the refere
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from extender.config import VerdictConfig
 from extender.judge import Judge
 from extender.verdict import PodFacts, Verdict, pod_facts
 from extender.wire import (
+    MAX_NAME,
     UNDECODABLE,
     BadRequest,
     Body,
@@ -206,6 +209,100 @@ def _pod(task: TaskInfo | None, judge: Judge) -> PodFacts:
     """What the verdict needs of the task's Pod: its runtime class and its policy."""
     pod = task.pod if task is not None else None
     return pod_facts(runtime_class(pod), judge.config, judge.policy_for(pod_labels(pod)))
+
+
+# -- placements: allocate/deallocate calls, and the placed tasks inside NodeInfos -------------
+
+# TaskInfo.Status bits of a task placed on a node that its node's data may not show yet:
+# Allocated, Pipelined, Binding, Bound (Running and later are on the node already).
+PLACED_STATUSES = frozenset({2, 4, 8, 16})
+
+
+class PodMeta(msgspec.Struct, gc=False):
+    labels: dict[str, str] | None = None
+
+
+class PlacedPod(msgspec.Struct, gc=False):
+    metadata: PodMeta | None = None
+
+
+class PlacedTask(msgspec.Struct, rename="pascal", gc=False):
+    """A TaskInfo's placement: which pod (UID, labels for its policy), where, in what state."""
+
+    uid: str = msgspec.field(name="UID", default="")
+    node_name: str = ""
+    status: int = 0
+    pod: PlacedPod | None = None
+
+    @property
+    def key(self) -> str:
+        """The pod's UID (TaskInfo.UID is the pod's): every source records a pod under it."""
+        return self.uid
+
+    @property
+    def labels(self) -> dict[str, str]:
+        meta = self.pod.metadata if self.pod is not None else None
+        return (meta.labels if meta is not None else None) or {}
+
+
+class TaskEvent(msgspec.Struct, gc=False):
+    task: PlacedTask | None = None
+
+
+class EventResult(msgspec.Struct, rename="camel", gc=False):
+    error_message: str = ""
+
+
+_task_event = msgspec.json.Decoder(TaskEvent)
+_placed_task = msgspec.json.Decoder(PlacedTask)
+
+
+def decode_task_event(body: Body, *, needs_node: bool) -> PlacedTask:
+    """``{"task": TaskInfo}`` of an allocate (``needs_node``) or deallocate call."""
+    try:
+        event = _task_event.decode(body)
+    except UNDECODABLE as exc:
+        raise decode_error(exc, body) from None
+    task = event.task
+    if task is None:
+        raise BadRequest("the call needs a task")
+    if not task.key:
+        raise BadRequest("the task needs a UID")
+    if needs_node and not task.node_name:
+        raise BadRequest("an allocated task needs its NodeName")
+    if len(task.key) > MAX_NAME or len(task.node_name) > MAX_NAME:
+        raise BadRequest(f"a UID or NodeName longer than {MAX_NAME} characters")
+    return task
+
+
+# A TaskInfo's Status key, where it is one of PLACED_STATUSES, as Go writes it: between
+# JobAllocatedHyperNode and LastTransaction (LastTransaction's own Status ends its object).
+_PLACED = re.compile(rb',"Status":(?:2|4|8|16),"LastTransaction":')
+_TASK_START = b'{"UID":"'
+_TASK_ENDS = (b',"PodAnnotations":', b',"CustomBindErrHandlerSucceeded":')  # after Pod
+
+
+def placed_tasks(body: Body) -> list[PlacedTask]:
+    """The tasks in ``body`` placed on a node and not running yet, wherever they appear.
+
+    One search over the raw body finds their Status keys (a body without any costs only the
+    search, ~35-80 us for 220 KB here); each one found is decoded from the start of its
+    TaskInfo to the key after its Pod, closed with ``}``, as the predicate's fast path does.
+    A task whose cut does not decode is skipped: a missed task only misses its reservation.
+    """
+    tasks: list[PlacedTask] = []
+    for match in _PLACED.finditer(body):
+        start = body.rfind(_TASK_START, 0, match.start())
+        ends = [e for m in _TASK_ENDS if (e := body.find(m, match.end())) >= 0]
+        if start < 0 or not ends:
+            continue
+        try:
+            task = _placed_task.decode(body[start : min(ends)] + b"}")
+        except UNDECODABLE:
+            continue
+        if task.status in PLACED_STATUSES and task.node_name and task.key:
+            tasks.append(task)
+    return tasks
 
 
 def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateResult, Verdict]:

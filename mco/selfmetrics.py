@@ -52,6 +52,9 @@ EXTENDER_REQUESTS: Final = "mco_extender_requests_total"
 EXTENDER_VERDICTS: Final = "mco_extender_verdicts_total"
 EXTENDER_REPORT_LOADS: Final = "mco_extender_report_loads_total"
 EXTENDER_WATCH_RESTARTS: Final = "mco_extender_watch_restarts_total"
+EXTENDER_PLACEMENTS: Final = "mco_extender_placements_total"
+EXTENDER_RESERVATION_PODS: Final = "mco_extender_reservation_pods"
+EXTENDER_RESERVATION_SOURCE_UP: Final = "mco_extender_reservation_source_up"
 
 # --- mco-rulegen controller (rulegen/controller.py)
 # 0 when the last DetectionRuleConfig change was rejected: MCODetectionRuleConfigRejected.

@@ -43,7 +43,8 @@ _HEALTHY_AFTER: Final = 1.0  # a watch open this long was not refused
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A cluster-scoped custom resource, optionally narrowed by selectors."""
+    """A cluster-scoped custom resource, or with ``group`` empty a core resource across all
+    namespaces (``/api/v1/pods``), optionally narrowed by selectors."""
 
     group: str
     version: str
@@ -102,6 +103,16 @@ class _List(msgspec.Struct):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
 
 
+# The snake_case keywords of the generated client's list calls, as query parameters.
+_CORE_PARAMS: Final = {
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "watch": "watch",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+    "resource_version": "resourceVersion",
+}
+
 _event = msgspec.json.Decoder(_Event)
 _object = msgspec.json.Decoder(_Object)
 _status = msgspec.json.Decoder(_Status)
@@ -148,6 +159,7 @@ class ListWatch:
         on_restart: Callable[[str, ApiError | None], None] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
+        self._api = api
         self._objects = client.CustomObjectsApi(api)
         self.resource = resource
         self.handler = handler
@@ -223,15 +235,36 @@ class ListWatch:
 
     async def _request(self, **params: Any) -> aiohttp.ClientResponse:
         r = self.resource
-        response: aiohttp.ClientResponse = await self._objects.list_cluster_custom_object(
-            r.group, r.version, r.plural, _preload_content=False, **self._selectors(), **params
-        )
+        response: aiohttp.ClientResponse
+        if r.group:
+            response = await self._objects.list_cluster_custom_object(
+                r.group, r.version, r.plural, _preload_content=False, **self._selectors(), **params
+            )
+        else:
+            response = await self._core_list(**self._selectors(), **params)
         if response.status != 200:
             try:
                 body = (await response.read())[:4096]
             finally:
                 response.release()
             raise status_error(response.status, body)
+        return response
+
+    async def _core_list(self, **params: Any) -> aiohttp.ClientResponse:
+        """``GET /api/{version}/{plural}``: the generated client has no generic call for the
+        core group, so the query is spelled here with the API's own parameter names."""
+        r = self.resource
+        timeout = params.pop("_request_timeout", None)
+        query = [(_CORE_PARAMS[k], v) for k, v in params.items()]
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            f"/api/{r.version}/{r.plural}",
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
         return response
 
     async def list_once(self) -> None:

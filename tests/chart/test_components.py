@@ -310,3 +310,35 @@ def test_log_flags_reach_every_component(component: str) -> None:
     kind = "DaemonSet" if component == "exporter" else "Deployment"
     args = container(rendered, kind, f"-{component}")["args"]
     assert "--log.level=debug" in args and "--log.format=logfmt" in args
+
+
+def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
+    """The defaults reach the extender as flags; `watchPods` adds the pod watch and, with it
+    alone, `list` and `watch` on pods to the extender's ClusterRole."""
+    rendered = render_scenario("full")
+    args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
+    assert (args.reservation_span, args.reservation_per_pod) == (15.0, 0.1)
+    assert (args.volcano_placements, args.watch_pods) == ("auto", False)
+    role = rendered.one("ClusterRole", "-extender")
+    assert all("pods" not in rule["resources"] for rule in role["rules"])
+
+    values = merge(
+        scenario_values("full"),
+        {
+            "extender": {
+                "reservation": {
+                    "watchPods": True,
+                    "span": "20s",
+                    "perPod": 0.25,
+                    "volcanoPlacements": "verbs",
+                }
+            }
+        },
+    )
+    rendered = render(values)
+    args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
+    assert (args.reservation_span, args.reservation_per_pod) == (20.0, 0.25)
+    assert (args.volcano_placements, args.watch_pods) == ("verbs", True)
+    config_from_args(args)  # a valid configuration
+    rules = rendered.one("ClusterRole", "-extender")["rules"]
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in rules

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -135,3 +136,24 @@ async def serve() -> AsyncIterator[Serve]:
     yield start
     for client in clients:
         await client.close()
+
+
+@pytest.fixture
+def kubeconfig(kmock: Any, tmp_path: Path) -> Path:
+    """A kubeconfig pointing at kmock (the Kubernetes API stand-in)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+                "users": [{"name": "extender", "user": {"token": "not-a-secret"}}],
+                "contexts": [
+                    {"name": "kmock", "context": {"cluster": "kmock", "user": "extender"}}
+                ],
+                "current-context": "kmock",
+            }
+        )
+    )
+    return path

@@ -43,6 +43,8 @@ def test_print_config_volcano_tier():
                         "extender.ignorable": True,
                         "extender.predicateVerb": "predicate",
                         "extender.prioritizeVerb": "prioritize",
+                        "extender.allocateFuncVerb": "allocate",
+                        "extender.deallocateFuncVerb": "deallocate",
                     },
                 }
             ]

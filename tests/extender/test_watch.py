@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from msgspec import to_builtins
 
 from extender.app import STORE
@@ -40,26 +38,6 @@ def as_object(report: Any) -> dict[str, Any]:
         "kind": "NodeInterferenceReport",
         **json.loads(encode(report)),
     }
-
-
-@pytest.fixture
-def kubeconfig(kmock, tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-                "users": [{"name": "extender", "user": {"token": "not-a-secret"}}],
-                "contexts": [
-                    {"name": "kmock", "context": {"cluster": "kmock", "user": "extender"}}
-                ],
-                "current-context": "kmock",
-            }
-        )
-    )
-    return path
 
 
 def api_config(kubeconfig: Path) -> ExtenderConfig:
