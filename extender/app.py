@@ -114,13 +114,14 @@ def _volcano_routes(placements: VolcanoPlacements) -> dict[str, Answer]:
 
     def predicate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
         args = volcano.decode_predicate(body)
-        placements.seen_in(body, now)
+        assert args.node is not None  # checked by decode_predicate
+        placements.in_predicate(body, args.node.name, now)
         result, verdict = volcano.predicate(args, judge, now)
         return _encode(result), (verdict,)
 
     def prioritize(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
         args = volcano.decode_prioritize(body, judge.config)
-        placements.seen_in(body, now)
+        placements.in_prioritize(body, now)
         result, verdicts = volcano.prioritize(args, judge, now)
         return _encode(result), verdicts
 

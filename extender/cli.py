@@ -298,11 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot serve", extra={"address": settings.web.address, "err": str(exc)})
         return 1
     except ConfigException as exc:
-        return fail(
-            "mco-extender",
-            f"no Kubernetes credentials for the report watch (use --report-file or "
-            f"--kubeconfig): {exc}",
-        )
+        if settings.config.source.report_file is not None:  # then only --watch-pods needs them
+            needs = "the pod watch of --watch-pods (use --kubeconfig)"
+        else:
+            needs = "the report watch (use --report-file or --kubeconfig)"
+        return fail("mco-extender", f"no Kubernetes credentials for {needs}: {exc}")
     return 0
 
 

@@ -7,6 +7,13 @@ looked at: the predicate's fast path stays as it was); ``tasks`` reads the tasks
 reaches one worker only); ``auto`` (default) reads the tasks until the first allocate or
 deallocate call arrives, then only the calls, since a Volcano that sends them sends them all.
 
+Volcano sends the same NodeInfo again and again (for every pending task, every session) until
+a task is placed on the node, so a body whose NodeInfo part is the same as the last one scanned
+(same length, same last bytes: the node's Generation and BindGeneration end it) is not scanned
+again: one signature per node the report knows for predicate bodies, one for the whole node
+list of the last prioritize body. A node whose tasks changed and kept its length and its
+Generation would only miss a reservation.
+
 A task placed on a node the report does not know is ignored (no level to add to); a deallocate
 of a task never placed is fine.
 """
@@ -25,6 +32,17 @@ from extender.reservation import (
 from extender.volcano import PlacedTask, placed_tasks
 from extender.wire import Body
 
+_NODE_KEY = b'"node":{'  # a predicate body's NodeInfo
+_NODES_KEY = b'"nodes":['  # a prioritize body's NodeInfos
+_TAIL = 96  # the last bytes of a signature: the NodeInfo's Generation and BindGeneration
+
+Signature = tuple[int, bytes]
+
+
+def _signature(body: Body, key: bytes) -> Signature | None:
+    start = body.find(key)
+    return None if start < 0 else (len(body) - start, bytes(body[-_TAIL:]))
+
 
 class VolcanoPlacements:
     def __init__(
@@ -41,6 +59,8 @@ class VolcanoPlacements:
         self._amount_for = amount_for
         self._metrics = metrics
         self.verbs_seen = False
+        self._predicate_seen: dict[str, Signature] = {}  # node -> its last NodeInfo scanned
+        self._prioritize_seen: Signature | None = None
 
     @property
     def reads_tasks(self) -> bool:
@@ -55,11 +75,30 @@ class VolcanoPlacements:
         if self._reservations.remove(task.key):
             self._metrics.count_placement(VOLCANO_VERBS, "removed")
 
-    def seen_in(self, body: Body, now: float) -> None:
-        """The placed tasks of a predicate or prioritize body, when this mode reads them."""
-        if self.reads_tasks:
-            for task in placed_tasks(body):
-                self._place(task, now, VOLCANO_TASKS)
+    def in_predicate(self, body: Body, node: str, now: float) -> None:
+        """The placed tasks of a predicate body for ``node``, when this mode reads them."""
+        if not self.reads_tasks:
+            return
+        signature = _signature(body, _NODE_KEY)
+        if signature is not None and self._predicate_seen.get(node) == signature:
+            return
+        self._scan(body, now)
+        if signature is not None and self._store.get(node) is not None:  # bounded by the report
+            self._predicate_seen[node] = signature
+
+    def in_prioritize(self, body: Body, now: float) -> None:
+        """The placed tasks of a prioritize body, when this mode reads them."""
+        if not self.reads_tasks:
+            return
+        signature = _signature(body, _NODES_KEY)
+        if signature is not None and signature == self._prioritize_seen:
+            return
+        self._scan(body, now)
+        self._prioritize_seen = signature
+
+    def _scan(self, body: Body, now: float) -> None:
+        for task in placed_tasks(body):
+            self._place(task, now, VOLCANO_TASKS)
 
     def _place(self, task: PlacedTask, now: float, source: str) -> None:
         node = task.node_name

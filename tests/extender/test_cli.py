@@ -372,3 +372,18 @@ def test_no_credentials_and_no_report_file_is_a_clear_error(tmp_path, capsys, mo
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "\nmco-extender: error: no Kubernetes credentials" in err, err
+
+
+def test_a_pod_watch_without_credentials_says_so(tmp_path, capsys, monkeypatch, report):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    port = free_port()
+    argv = [
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--report-file={report}",
+        "--watch-pods",
+        f"--kubeconfig={tmp_path / 'missing'}",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: no Kubernetes credentials for the pod watch of --watch-pods" in err, err

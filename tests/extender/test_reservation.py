@@ -281,3 +281,35 @@ async def test_tasks_are_not_read_once_the_verbs_are_in_use(serve, report, mode)
         "/volcano/predicate", data=bodies.go_json({"task": bodies.pending_task(), "node": info})
     )
     assert len(client.server.app[RESERVATIONS]) == (1 if mode == "auto" else 0)
+
+
+async def test_a_nodeinfo_scanned_before_is_not_scanned_again(serve, report):
+    client = await serve(config(report, volcano_placements="tasks"))
+    reservations = client.server.app[RESERVATIONS]
+    info = with_tasks(bodies.node_info("a", tasks=20), [2])
+    body = bodies.go_json({"task": bodies.pending_task(), "node": info})
+    await client.post("/volcano/predicate", data=body)
+    assert len(reservations) == 1
+    await client.post("/volcano/deallocate", data=event(task("new-2-0", "a")))
+    assert len(reservations) == 0
+    # The same NodeInfo again, for another pending task: not scanned again.
+    other = bodies.go_json({"task": bodies.pending_task("train-42-worker-17"), "node": info})
+    await client.post("/volcano/predicate", data=other)
+    assert len(reservations) == 0
+    # Volcano changed the node (its Generation moves with every change): scanned.
+    info["Generation"] += 1
+    await client.post(
+        "/volcano/predicate", data=bodies.go_json({"task": bodies.pending_task(), "node": info})
+    )
+    assert len(reservations) == 1
+
+    # Prioritize: the same node list again is not scanned again either; a new task on a node is.
+    nodes = [with_tasks(bodies.node_info(n, tasks=3), [], node=n) for n in ("a", "b")]
+    nodes[1]["Tasks"]["team-a/p"] = task("p1", "b")
+    body = bodies.go_json({"task": bodies.pending_task(), "nodes": nodes})
+    assert await volcano_scores(client, [], body) == {"a": 70.0, "b": 70.0}
+    await client.post("/volcano/deallocate", data=event(task("p1", "b")))
+    assert await volcano_scores(client, [], body) == {"a": 70.0, "b": 80.0}
+    nodes[1]["Tasks"]["team-a/q"] = task("q1", "b")
+    body = bodies.go_json({"task": bodies.pending_task(), "nodes": nodes})
+    assert await volcano_scores(client, [], body) == {"a": 70.0, "b": 60.0}  # p1 and q1
