@@ -296,7 +296,7 @@ async def test_a_nodeinfo_scanned_before_is_not_scanned_again(serve, report):
     other = bodies.go_json({"task": bodies.pending_task("train-42-worker-17"), "node": info})
     await client.post("/volcano/predicate", data=other)
     assert len(reservations) == 0
-    # Volcano changed the node (its Generation moves with every change): scanned.
+    # The NodeInfo changed (here only its Generation, at the end of the body): scanned.
     info["Generation"] += 1
     await client.post(
         "/volcano/predicate", data=bodies.go_json({"task": bodies.pending_task(), "node": info})
