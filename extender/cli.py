@@ -22,7 +22,6 @@ from extender.config import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_BODY_MEMORY,
-    DEFAULT_RESERVATION_PER_POD,
     DEFAULT_RESERVATION_SPAN,
     VOLCANO_PLACEMENTS,
     ExtenderConfig,
@@ -122,14 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluation + report + pod start (default 15s)",
     )
     reservation.add_argument(
-        "--reservation-per-pod",
-        type=float,
-        default=DEFAULT_RESERVATION_PER_POD,
-        metavar="LEVEL",
-        help="0-1 added to a node's level for each pod placed there within the span "
-        "(default 0.1; 0 turns reservations off)",
-    )
-    reservation.add_argument(
         "--volcano-placements",
         choices=VOLCANO_PLACEMENTS,
         default="auto",
@@ -189,7 +180,6 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         ),
         reservation=ReservationConfig(
             span=args.reservation_span,
-            per_pod=args.reservation_per_pod,
             volcano_placements=args.volcano_placements,
             watch_pods=args.watch_pods,
         ),

@@ -80,7 +80,6 @@ VOLCANO_PLACEMENTS = ("auto", "verbs", "tasks")
 # Window 10s + scrape 1s + rule evaluation 1s + reporter interval 1s + ~2s for a pod to start:
 # how long after its placement a pod shows in its node's report entry (docs/extender.md).
 DEFAULT_RESERVATION_SPAN = 15.0
-DEFAULT_RESERVATION_PER_POD = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +87,12 @@ class ReservationConfig:
     """Reservations for pods placed since their node's data (``extender.reservation``)."""
 
     span: float = DEFAULT_RESERVATION_SPAN  # seconds from placement until the data shows a pod
-    per_pod: float = DEFAULT_RESERVATION_PER_POD  # level a pod adds until then (no policy)
     volcano_placements: str = "auto"
     watch_pods: bool = False  # kube-scheduler: watch pods bound to nodes
 
     def __post_init__(self) -> None:
         if self.span < 0:
             raise ValueError("reservation span must not be negative")
-        if not 0.0 <= self.per_pod <= 1.0:
-            raise ValueError("reservation per pod must be within 0-1")
         if self.volcano_placements not in VOLCANO_PLACEMENTS:
             raise ValueError(f"volcano placements must be one of {', '.join(VOLCANO_PLACEMENTS)}")
 

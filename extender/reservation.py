@@ -7,8 +7,8 @@ node's level, for scores and for level limits, so a burst of pods does not herd 
 that looked quietest before the first of them arrived. The sum is capped at 1.
 
 Memory follows recent placements only: a placement is forgotten ``keep_for`` after it happened
-(the span plus ``--stale-after``: by then the data shows it, or is stale and the verdict no
-longer reads the level), and at most ``MAX_PLACEMENTS`` are held, the oldest going first.
+(the span plus the ``staleAfter`` in force: by then the data shows it, or is stale and the
+verdict no longer reads the level), and at most ``MAX_PLACEMENTS`` are held, the oldest going first.
 Placements are keyed by the pod's UID, so the same pod reported by two sources (an allocate
 call, then its NodeInfo task) counts once.
 """
@@ -31,17 +31,6 @@ SOURCES: Final = (VOLCANO_VERBS, VOLCANO_TASKS, POD_WATCH)
 
 # A pod's labels -> the amount its placement reserves (its policy's reservationPerPod).
 AmountFor = Callable[[Mapping[str, str]], float]
-
-
-def flat_amount(per_pod: float) -> AmountFor:
-    """The same amount for every pod (``--reservation-per-pod``)."""
-    if not 0.0 <= per_pod <= 1.0:
-        raise ValueError("reservation per pod must be within 0-1")
-
-    def amount(_labels: Mapping[str, str]) -> float:
-        return per_pod
-
-    return amount
 
 
 class Placement(NamedTuple):

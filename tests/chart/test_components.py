@@ -317,7 +317,7 @@ def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
     alone, `list` and `watch` on pods to the extender's ClusterRole."""
     rendered = render_scenario("full")
     args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
-    assert (args.reservation_span, args.reservation_per_pod) == (15.0, 0.1)
+    assert args.reservation_span == 15.0
     assert (args.volcano_placements, args.watch_pods) == ("auto", False)
     role = rendered.one("ClusterRole", "-extender")
     assert all("pods" not in rule["resources"] for rule in role["rules"])
@@ -329,7 +329,6 @@ def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
                 "reservation": {
                     "watchPods": True,
                     "span": "20s",
-                    "perPod": 0.25,
                     "volcanoPlacements": "verbs",
                 }
             }
@@ -337,7 +336,7 @@ def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
     )
     rendered = render(values)
     args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
-    assert (args.reservation_span, args.reservation_per_pod) == (20.0, 0.25)
+    assert args.reservation_span == 20.0
     assert (args.volcano_placements, args.watch_pods) == ("verbs", True)
     config_from_args(args)  # a valid configuration
     rules = rendered.one("ClusterRole", "-extender")["rules"]

@@ -133,8 +133,6 @@ def test_flags_become_the_config():
             "250ms",
             "--reservation-span",
             "20s",
-            "--reservation-per-pod",
-            "0.25",
             "--volcano-placements",
             "verbs",
             "--watch-pods",
@@ -147,10 +145,10 @@ def test_flags_become_the_config():
     assert config.max_body_bytes == 128 << 20 and config.max_body_memory == 256 << 20
     assert config.source.report_file == "r.json" and config.source.poll_interval == 0.25
     r = config.reservation
-    assert (r.span, r.per_pod, r.volcano_placements, r.watch_pods) == (20.0, 0.25, "verbs", True)
+    assert (r.span, r.volcano_placements, r.watch_pods) == (20.0, "verbs", True)
     assert parse_settings([]).config.verdict.kata_globs == ("kata-*",)
     r = parse_settings([]).config.reservation
-    assert (r.span, r.per_pod, r.volcano_placements, r.watch_pods) == (15.0, 0.1, "auto", False)
+    assert (r.span, r.volcano_placements, r.watch_pods) == (15.0, "auto", False)
 
 
 @pytest.mark.parametrize(
@@ -165,8 +163,7 @@ def test_flags_become_the_config():
         ["--workers", "0"],
         ["--max-body-size", "0"],
         ["--max-body-memory", "1MiB"],  # less than one body of the largest size
-        ["--reservation-per-pod", "1.5"],
-        ["--reservation-per-pod", "-0.1"],
+        ["--reservation-span", "-1s"],
         ["--volcano-placements", "sometimes"],
         ["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
     ],

@@ -15,7 +15,8 @@ from extender.app import RESERVATIONS
 from extender.config import ExtenderConfig, ReservationConfig, SourceConfig
 from extender.reservation import POD_WATCH
 from tests.extender import bodies
-from tests.extender.conftest import cluster_report, entry, metric, rfc3339, wait_for, write_reports
+from tests.extender.conftest import entry, metric, rfc3339, wait_for, write_reports
+from tests.extender.test_reservation import with_policies
 
 PODS = "v1/pods"
 URL = "/api/v1/namespaces/shop/pods"
@@ -46,7 +47,7 @@ def pod(name: str, node: str, *, placed: float | None, phase: str = "Running") -
 @pytest.fixture
 def report(tmp_path: Path) -> Path:
     path = tmp_path / "report.json"
-    write_reports(path, [cluster_report({"a": entry(0.2), "b": entry(0.2)})])
+    write_reports(path, [with_policies({"a": entry(0.2), "b": entry(0.2)})])  # 0.1 per pod
     return path
 
 
@@ -60,7 +61,7 @@ def watch_config(report: Path, kubeconfig: Path) -> ExtenderConfig:
             backoff_max=0.2,
             watch_timeout=30,
         ),
-        reservation=ReservationConfig(watch_pods=True, per_pod=0.1),
+        reservation=ReservationConfig(watch_pods=True),
     )
 
 

@@ -21,6 +21,9 @@ from extender.reservation import (
     Placement,
     Reservations,
 )
+from mco.labelselector import LabelSelector
+from mco.policy import WORKLOAD_CLASS_LABEL, Policy
+from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, metric, wait_for, write_reports
 
@@ -82,6 +85,22 @@ def test_clearing_a_source_keeps_the_others() -> None:
 # -- through the HTTP app -------------------------------------------------------------------
 
 
+# The amount a pod reserves is its policy's: 0.3 for "heavy" pods, 0.1 for the others here.
+HEAVY = {WORKLOAD_CLASS_LABEL: "heavy"}
+ONLINE = {WORKLOAD_CLASS_LABEL: "online"}
+POLICIES = [
+    Policy("heavy", LabelSelector(match_labels=HEAVY), reservation_per_pod=0.3),
+    Policy("online", LabelSelector(match_labels=ONLINE), max_level=0.35, reservation_per_pod=0.1),
+    Policy("default", reservation_per_pod=0.1),
+]
+
+
+def with_policies(nodes: dict[str, NodeEntry]) -> NodeInterferenceReport:
+    report = cluster_report(nodes)
+    report.status.config = ReportConfig("30s", 50.0, POLICIES, 1)
+    return report
+
+
 def config(path: Path, **reservation: Any) -> ExtenderConfig:
     return ExtenderConfig(
         source=SourceConfig(report_file=str(path), poll_interval=0.05),
@@ -92,7 +111,7 @@ def config(path: Path, **reservation: Any) -> ExtenderConfig:
 @pytest.fixture
 def report(tmp_path: Path) -> Path:
     path = tmp_path / "report.json"
-    write_reports(path, [cluster_report({"a": entry(0.2), "b": entry(0.2)})])
+    write_reports(path, [with_policies({"a": entry(0.2), "b": entry(0.2)})])
     return path
 
 
@@ -100,7 +119,7 @@ def task(uid: str, node: str, status: int = 2, labels: dict[str, str] | None = N
     p = bodies.pod(f"w-{uid}", "team-a", node_name=node)
     p["metadata"]["uid"] = uid
     if labels is not None:
-        p["metadata"]["labels"] = labels
+        p["metadata"]["labels"].update(labels)
     return bodies.task_info(p, status=status, node_name=node)
 
 
@@ -174,13 +193,35 @@ async def test_allocate_and_deallocate_change_the_next_answers(serve, report):
 
 
 async def test_the_reservation_is_capped_at_one(serve, report):
-    client = await serve(config(report, per_pod=0.3))
-    for i in range(5):
-        await client.post("/volcano/allocate", data=event(task(f"u{i}", "a")))
+    client = await serve(config(report))
+    for i in range(5):  # heavy pods: 0.3 each
+        await client.post("/volcano/allocate", data=event(task(f"u{i}", "a", labels=HEAVY)))
     a = await node_view(client, "a")
     assert a["reservation"] == 1.0  # 1.5, capped
     assert a["verdict"]["volcanoScore"] == 0.0  # level 0.2 + 1, capped at 1
     assert await volcano_scores(client, ["a", "b"]) == {"a": 0.0, "b": 80.0}
+
+
+async def test_the_reservation_counts_toward_a_policys_max_level(serve, report):
+    """Level 0.2 passes online pods (maxLevel 0.35); two pods just placed (0.1 each) make it
+    0.4: a node the burst just filled is filtered for them, not for the others."""
+    client = await serve(config(report))
+
+    async def online_filter() -> Any:
+        body = bodies.kube_args(["a", "b"], labels=ONLINE)
+        return json.loads(await (await client.post("/scheduler/filter", data=body)).read())
+
+    assert (await online_filter())["NodeNames"] == ["a", "b"]
+    for i in range(2):
+        await client.post("/volcano/allocate", data=event(task(f"u{i}", "a", labels=ONLINE)))
+    answer = await online_filter()
+    assert answer["NodeNames"] == ["b"]
+    why = answer["FailedAndUnresolvableNodes"]["a"]
+    assert "0.2 + 0.2 reserved" in why and "maxLevel of policy online" in why
+    assert await kube_scores(client, ["a", "b"]) == {"a": 6, "b": 8}  # other pods: scored
+    a = await node_view(client, "a")
+    assert a["policyVerdicts"]["online"]["reason"] == "max_level"
+    assert a["verdict"]["passed"] and a["reservation"] == pytest.approx(0.2)
 
 
 async def test_the_reservation_ends_when_the_data_can_show_the_pod(serve, report):
@@ -190,7 +231,7 @@ async def test_the_reservation_ends_when_the_data_can_show_the_pod(serve, report
     assert await kube_scores(client, ["a"]) == {"a": 7}
     # New data for a, sampled after placement + span (a little ahead of this clock, within the
     # allowed skew): the pod is in it, the reservation ends.
-    write_reports(report, [cluster_report({"a": entry(0.2, now=placed + 2.5), "b": entry(0.2)})])
+    write_reports(report, [with_policies({"a": entry(0.2, now=placed + 2.5), "b": entry(0.2)})])
     store = client.server.app[STORE]
     await wait_for(lambda: store.get("a").sampled_at > placed + 2, what="the new report")
     assert (await node_view(client, "a"))["reservation"] == 0.0
