@@ -41,7 +41,6 @@ JUDGE = web.AppKey("judge", Judge)
 BUDGET = web.AppKey("budget", BodyBudget)
 RESERVATIONS = web.AppKey("reservations", Reservations)
 AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
-JUDGE = web.AppKey("judge", Judge)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -233,7 +232,7 @@ async def _placement_source(app: web.Application) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as stack:
         api = await api_client(config.kubeconfig)
         stack.push_async_callback(api.close)
-        watch = PodWatch(api, app[STORE], app[RESERVATIONS], app[AMOUNT_FOR], metrics, config)
+        watch = PodWatch(api, app[RESERVATIONS], app[AMOUNT_FOR], metrics, config)
         task = asyncio.create_task(watch.run(), name="pod-watch")
         task.add_done_callback(lambda t: _placement_ended(t, watch))
         log.info("watching pods bound to nodes for reservations")

@@ -280,7 +280,7 @@ class Judge:
             if known is None:
                 continue
             held = known.held_until(self.store.heartbeat)
-            reserved = self.reservations.reserved(name, held, now) if self.reservations else 0.0
+            reserved = self.reserved(name, held, now)
             if reserved > 0:
                 facts = NodeFacts(name)
                 redo[name] = decide(known.entry, held, pod, facts, self.config, now, reserved)

@@ -82,7 +82,7 @@ def node_view(judge: Judge, now: float) -> NodesView:
         facts = NodeFacts(name)
         held = store.held_until(known)
         age = now - held
-        reserved = judge.reserved(name, held, now) if judge is not None else 0.0
+        reserved = judge.reserved(name, held, now)
         nodes.append(
             NodeView(
                 name=name,

@@ -24,7 +24,6 @@ from kubernetes_asyncio import client as k8s
 
 from extender.config import SourceConfig
 from extender.metrics import ExtenderMetrics
-from extender.reports import ReportStore
 from extender.reservation import POD_WATCH, AmountFor, Placement, Reservations
 from mco.apierrors import ApiError
 from mco.watch import RESTART_ERROR, ListWatch, Resource, WatchSettings
@@ -78,19 +77,22 @@ def placed_at(pod: _Pod) -> float:
 
 
 class PodWatch:
-    """Feeds ``Reservations`` from the pods bound to nodes the report knows."""
+    """Feeds ``Reservations`` from the pods bound to nodes.
+
+    Placements on nodes the report does not know (yet: the pod list may well arrive before the
+    first report) are kept as well; they are real nodes, and a lookup only ever asks about
+    nodes the report knows. Memory stays bounded by ``keep_for`` and ``MAX_PLACEMENTS``.
+    """
 
     def __init__(
         self,
         api: k8s.ApiClient,
-        store: ReportStore,
         reservations: Reservations,
         amount_for: AmountFor,
         metrics: ExtenderMetrics,
         config: SourceConfig,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._store = store
         self._reservations = reservations
         self._amount_for = amount_for
         self._metrics = metrics
@@ -160,9 +162,6 @@ class PodWatch:
         at = placed_at(pod)
         if not node or pod.status.phase in _FINISHED or now - at > self._reservations.keep_for:
             self._reservations.remove(uid)  # not placed, done, or no longer recent
-            return
-        if self._store.get(node) is None:  # no data to add to: ignored
-            self._metrics.count_placement(POD_WATCH, "unknown_node")
             return
         amount = self._amount_for(pod.metadata.labels or {})
         if self._reservations.place(uid, Placement(node, amount, at, POD_WATCH)):
