@@ -111,6 +111,8 @@ class ReservationCollector(Collector):
             selfmetrics.EXTENDER_RESERVATION_PODS,
             "Recent placements held for reservations (all sources, this worker).",
         )
+        if self._reservations is not None:
+            self._reservations.active(time.time())  # forget the expired ones first
         held.add_metric([], float(len(self._reservations or ())))
         yield held
         up = GaugeMetricFamily(
