@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from extender import volcano
 from extender.app import RESERVATIONS, STORE
 from extender.config import ExtenderConfig, ReservationConfig, SourceConfig
 from extender.reservation import (
@@ -354,3 +355,21 @@ async def test_a_nodeinfo_scanned_before_is_not_scanned_again(serve, report):
     nodes[1]["Tasks"]["team-a/q"] = task("q1", "b")
     body = bodies.go_json({"task": bodies.pending_task(), "nodes": nodes})
     assert await volcano_scores(client, [], body) == {"a": 70.0, "b": 60.0}  # p1 and q1
+
+
+def test_placed_tasks_are_found_by_their_own_status_only() -> None:
+    """A Running task whose LastTransaction says Allocated is not placed; the pending task of
+    the body (Pending, no node) is not either; a body that is not Go's compact JSON yields none
+    (a missed reservation, never a wrong one)."""
+    running = task("r", "a", status=32)
+    running["LastTransaction"] = {
+        "NodeName": "a", "EvictionOccurred": False, "JobAllocatedHyperNode": "", "Status": 2,
+    }  # fmt: skip
+    info = bodies.node_info("a", tasks=2)
+    info["Tasks"].update({"x/r": running, "x/b": task("b", "a", status=16, labels=HEAVY)})
+    body = bodies.go_json({"task": bodies.pending_task(), "node": info})
+    (found,) = volcano.placed_tasks(body)
+    assert (found.key, found.node_name, found.status) == ("b", "a", 16)
+    assert found.labels[WORKLOAD_CLASS_LABEL] == "heavy"
+    pretty = json.dumps(json.loads(body), indent=1).encode()
+    assert volcano.placed_tasks(pretty) == []
