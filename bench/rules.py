@@ -1,8 +1,10 @@
 """Rule-evaluation time of the generated rules in a real Prometheus, at fleet scale.
 
 A synthetic fleet (tests/rulegen/fleet.py, every node the ``typical`` profile: PSI, LLC, an
-eBPF histogram with two operations, diskstats, meminfo, vmstat, steal, run queue; 75 series
-per node) is scraped every second; Prometheus evaluates the default rules every second.
+eBPF histogram with two operations, diskstats, meminfo, vmstat, steal, run queue) is scraped
+every second; Prometheus evaluates the default rules every second. The histogram has the
+buckets the exporter exports by default (``--latency-buckets all``: every one, as before
+issue 17).
 
 Measured, per fleet size:
 - wall clock: ``prometheus_rule_group_last_duration_seconds`` of ``mco.rules``, read once a
@@ -15,7 +17,9 @@ Measured, per fleet size:
 In the same Prometheus a baseline group of one ``rate()`` rule per node gives the cost of the
 cheapest per-node rule; the ratio says what the detection model costs on top.
 
-Target (issue 3): median evaluation <= 50 ms at 1,000 nodes, and no missed evaluations.
+Target (issue 17): median evaluation <= 0.6 s at 1,000 nodes, and no missed evaluations.
+(Issue 3's 50 ms is out of reach of any rules over these series on the 2-vCPU VM: the floor
+alone is several times that; docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import cpu_seconds
+from exporter.collectors.biolatency import DEFAULT_BUCKETS
 from mco.flags import duration
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
@@ -44,7 +49,7 @@ from rulegen.series import INTERFERENCE_LEVEL
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, running, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_SECONDS = 0.050
+TARGET_SECONDS = 0.6
 GROUP = "mco.rules"
 BASELINE_GROUP = "bench.baseline"
 BASELINE = {
@@ -225,8 +230,21 @@ class Result:
         return {k: statistics.median(v) for k, v in self.with_rules.rules.items()}
 
 
+def _count(prom: Prometheus, selector: str) -> float:
+    """How many series ``selector`` matches (a heavy query on a loaded machine: wait for it)."""
+    response = requests.get(
+        f"{prom.url}/api/v1/query", params={"query": f"count({selector})"}, timeout=120
+    )
+    result = response.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
 def measure(
-    nodes: int, seconds: int, workdir: Path, rules_text: str, bucket_step: int = 1
+    nodes: int,
+    seconds: int,
+    workdir: Path,
+    rules_text: str,
+    latency_buckets: str = DEFAULT_BUCKETS,
 ) -> Result:
     config = DetectionRuleConfig.default()
     rules = workdir / "rules.yaml"
@@ -245,7 +263,7 @@ def measure(
             f"--port={port}",
             f"--nodes={nodes}",
             "--profiles=typical",
-            f"--bucket-step={bucket_step}",
+            f"--latency-buckets={latency_buckets}",
         ],
         name="fleet",
         log_path=workdir / "fleet.log",
@@ -272,7 +290,7 @@ def measure(
             with_rules = _sample(prom, fleet, seconds, [GROUP, BASELINE_GROUP])
             missed_after = _self_metrics(prom, "prometheus_rule_group_iterations_missed_total")
             series = sum(_self_metrics(prom, "prometheus_tsdb_head_series").values())
-            raw = prom.value(f"count({selector})") or 0.0
+            raw = _count(prom, selector)
             # The same Prometheus scraping the same fleet: the floor group instead of the
             # measured one, then neither (scraping and ingestion alone).
             others = max(15, seconds // 2)
@@ -332,11 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--top", type=int, default=15, help="rules shown in the breakdown")
     parser.add_argument(
-        "--bucket-step",
-        type=int,
-        default=1,
-        help="the fleet serves every Nth of the exporter's 21 latency buckets (what a coarser "
-        "histogram would cost; 1 = the exporter's layout)",
+        "--latency-buckets",
+        default=DEFAULT_BUCKETS,
+        help="the latency buckets the fleet serves, as the exporter's "
+        "--collector.biolatency.buckets (default: its default; 'all': all 21, as before issue 17)",
     )
     args = parser.parse_args(argv)
     seconds = 15 if args.quick else max(1, round(args.seconds))
@@ -348,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bench-rules-{n}-") as tmp:
             print(f"measuring {n} nodes for {seconds}s ...", flush=True)
-            results.append(measure(n, seconds, Path(tmp), rules_text, args.bucket_step))
+            results.append(measure(n, seconds, Path(tmp), rules_text, args.latency_buckets))
     print(
         f"\nwall clock (prometheus_rule_group_last_duration_seconds):\n"
         f"{'nodes':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'baseline ms':>12} "

@@ -43,6 +43,7 @@ from reporter.source_flags import add_source_flags, source_config
 from rulegen import guard, history, recommend
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
 from rulegen.durations import format_duration
+from rulegen.latency import buckets_flag
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
 from rulegen.render import render_prometheusrule, render_rules
 from rulegen.rollback import RollbackError, rollback
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="PrometheusRule label"
     )
+
+    buckets = sub.add_parser(
+        "buckets",
+        help="print the exporter's --collector.biolatency.buckets for a DetectionRuleConfig",
+    )
+    buckets.add_argument("--config", type=Path, help="DetectionRuleConfig YAML (default: built-in)")
 
     ctl = sub.add_parser("controller", help="watch the DetectionRuleConfig, apply the rules")
     ctl.add_argument(
@@ -180,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also replay the current and the proposed configs over the same history",
     )
-    for p in (render, ctl, back, rec):
+    for p in (render, buckets, ctl, back, rec):
         add_log_flags(p)
     return parser
 
@@ -196,6 +203,14 @@ class RenderSettings:
     name: str = "mco-rules"
     namespace: str = "monitoring"
     labels: Mapping[str, str] = field(default_factory=dict)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketsSettings:
+    """``mco-rulegen buckets``: the latency buckets a DetectionRuleConfig needs."""
+
+    config: Path | None = None  # None: the built-in DetectionRuleConfig
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -237,7 +252,7 @@ class RecommendCommand:
     log: LogSettings = field(default_factory=LogSettings)
 
 
-Command = RenderSettings | ControllerCommand | RollbackCommand | RecommendCommand
+Command = RenderSettings | BucketsSettings | ControllerCommand | RollbackCommand | RecommendCommand
 
 
 def settings_from_args(args: argparse.Namespace) -> Command:
@@ -252,6 +267,8 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             labels=_labels(args.label),
             log=log_settings(args),
         )
+    if args.command == "buckets":
+        return BucketsSettings(config=args.config, log=log_settings(args))
     if args.command == "recommend":
         source = source_config(args)
         if source is None:
@@ -412,6 +429,16 @@ async def cmd_rollback(command: RollbackCommand) -> int:
     return 0
 
 
+def cmd_buckets(s: BucketsSettings) -> int:
+    try:
+        config = load_config(s.config) if s.config else DetectionRuleConfig.default()
+    except (ConfigError, ValueError) as exc:
+        print(f"mco-rulegen: {exc}", file=sys.stderr)
+        return 1
+    print(buckets_flag(config))
+    return 0
+
+
 def make_metrics_app(
     metrics: ControllerMetrics, controller: RuleConfigController
 ) -> web.Application:
@@ -487,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(settings, RenderSettings):
         start_logging(settings.log)
         return cmd_render(settings)
+    if isinstance(settings, BucketsSettings):
+        start_logging(settings.log)
+        return cmd_buckets(settings)
     if isinstance(settings, RecommendCommand):
         start_logging(settings.log)
         return asyncio.run(cmd_recommend(settings))

@@ -12,6 +12,7 @@ from typing import Final
 import yaml
 
 from rulegen.crd import render_crd
+from rulegen.latency import CHART_TABLE_PATH, render_chart_table
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 
@@ -34,4 +35,5 @@ def generated_files() -> dict[str, str]:
         RULES_PATH: render_rules(DetectionRuleConfig.default(), generation=0),
         CRD_PATH: render_crd(),
         DEFAULT_CONFIG_PATH: render_default_config(),
+        CHART_TABLE_PATH: render_chart_table(),
     }

@@ -22,16 +22,18 @@ from exporter.compiler_memory import captured_output, release_compiler_memory
 from exporter.errors import UnavailableError
 from exporter.paths import Paths, read_text
 from exporter.registry import CollectorConfig, Option, register
+from mco.latency_buckets import BOUNDS, SLOTS, parse_bounds
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 PROGRAM = Path(__file__).with_name("biolatency.bpf.c")
 OPERATIONS = ("read", "write", "discard", "flush", "other")
-# Exported buckets: 2^k microseconds for k in [MIN_SLOT, MAX_SLOT] (8 us .. ~8.4 s) and +Inf.
-MIN_SLOT = 3
-MAX_SLOT = 23
-BUCKET_BOUNDS = tuple(2**k / 1e6 for k in range(MIN_SLOT, MAX_SLOT + 1))
+# Bucket bounds it can export: 2^k microseconds for k in [MIN_SLOT, MAX_SLOT] (8 us .. ~8.4 s).
+BUCKET_BOUNDS = BOUNDS
+# The ones exported by default, and +Inf: those the default DetectionRuleConfig's latency
+# thresholds need (`mco-rulegen buckets`; tests/test_latency_buckets.py keeps the two equal).
+DEFAULT_BUCKETS = "0.016384,0.032768,0.065536,0.131072,0.262144"
 # tracefs under --path.sysfs: its own mount (4.1+), else inside debugfs (older kernels).
 TRACEFS_UNDER_SYSFS = (("kernel", "tracing"), ("kernel", "debug", "tracing"))
 KERNEL_SOURCE_ENV = "BCC_KERNEL_SOURCE"
@@ -98,10 +100,13 @@ def kernel_source(path: str) -> Iterator[None]:
             os.environ[KERNEL_SOURCE_ENV] = before
 
 
-def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]], float]:
+def histogram_from_slots(
+    slots: dict[int, int], bounds: tuple[float, ...] = BUCKET_BOUNDS
+) -> tuple[list[tuple[str, float]], float]:
     """bcc log2 slots (count of latencies in [2^(s-1), 2^s) us) -> cumulative buckets, sum.
 
-    The sum is estimated from each slot's midpoint; the histogram's buckets are exact.
+    Only ``bounds`` (each one of ``BUCKET_BOUNDS``) and +Inf are returned. The sum is estimated
+    from each slot's midpoint over all slots; the buckets are exact.
     """
     buckets: list[tuple[str, float]] = []
     total = 0
@@ -109,7 +114,8 @@ def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]]
     for slot in sorted(slots):
         midpoint_us = 1.0 if slot <= 1 else 1.5 * 2 ** (slot - 1)
         estimated_sum += slots[slot] * midpoint_us / 1e6
-    for k, bound in zip(range(MIN_SLOT, MAX_SLOT + 1), BUCKET_BOUNDS, strict=True):
+    for bound in bounds:
+        k = SLOTS[bound]
         total = sum(count for slot, count in slots.items() if slot <= k)
         buckets.append((repr(bound), float(total)))
     buckets.append(("+Inf", float(sum(slots.values()))))
@@ -127,11 +133,20 @@ def histogram_from_slots(slots: dict[int, int]) -> tuple[list[tuple[str, float]]
             os.environ.get(KERNEL_SOURCE_ENV, ""),
             "kernel headers tree for bcc (default $BCC_KERNEL_SOURCE, else bcc's own search)",
         ),
+        Option(
+            "buckets",
+            DEFAULT_BUCKETS,
+            "bucket bounds exported, in seconds, each 2^k us (8e-06 .. 8.388608), or 'all'; "
+            "the default is what the default thresholds need: `mco-rulegen buckets` prints "
+            "the set for a DetectionRuleConfig",
+            check=parse_bounds,
+        ),
     ),
 )
 class BiolatencyCollector:
     def __init__(self, config: CollectorConfig) -> None:
         self._sysfs = config.paths
+        self._bounds = parse_bounds(config.option("buckets"))
         if tracefs_dir(config.paths) is None:
             looked = " or ".join(config.paths.sys(*parts) for parts in TRACEFS_UNDER_SYSFS)
             # tracefs is mode 0700: mounted but unreadable is a privilege problem, not a mount one.
@@ -212,7 +227,7 @@ class BiolatencyCollector:
             labels=["device", "operation"],
         )
         for (dev, op), counts in sorted(slots.items()):
-            buckets, total = histogram_from_slots(counts)
+            buckets, total = histogram_from_slots(counts, self._bounds)
             operation = OPERATIONS[op] if op < len(OPERATIONS) else "other"
             family.add_metric([self._device(dev), operation], buckets, total)
         return [family]

@@ -15,9 +15,8 @@ import pytest
 
 from exporter.collectors.biolatency import (
     BUCKET_BOUNDS,
+    DEFAULT_BUCKETS,
     KERNEL_SOURCE_ENV,
-    MAX_SLOT,
-    MIN_SLOT,
     BiolatencyCollector,
     histogram_from_slots,
     kernel_source,
@@ -27,6 +26,7 @@ from exporter.collectors.biolatency import (
 from exporter.errors import UnavailableError
 from exporter.paths import Paths
 from exporter.registry import CollectorConfig, specs
+from mco.latency_buckets import MAX_SLOT, MIN_SLOT, parse_bounds
 
 
 def test_buckets_are_powers_of_two_microseconds() -> None:
@@ -48,6 +48,37 @@ def test_slots_become_cumulative_buckets() -> None:
     counts = [c for _, c in buckets]
     assert counts == sorted(counts)  # cumulative
     assert total == pytest.approx((2 * 1 + 3 * 12 + 5 * 768 + 1 * 1.5 * 2**29) / 1e6)
+
+
+def test_only_the_chosen_bounds_are_exported_with_the_same_counts() -> None:
+    slots = {1: 2, 4: 3, 10: 5, 14: 7, 16: 4, 30: 1}
+    full = dict(histogram_from_slots(slots)[0])
+    chosen = parse_bounds("0.016384,0.065536")
+    buckets, total = histogram_from_slots(slots, chosen)
+    assert [le for le, _ in buckets] == ["0.016384", "0.065536", "+Inf"]
+    assert all(count == full[le] for le, count in buckets)  # each kept bucket as before
+    assert dict(buckets)["0.016384"] == 17 and dict(buckets)["+Inf"] == 22
+    assert total == histogram_from_slots(slots)[1]  # the sum still covers every slot
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("0.01", "not a bucket bound"),
+        ("fast", "not a number"),
+        (" , ", "no bucket bound"),
+    ],
+)
+def test_a_bound_the_histogram_does_not_have_is_refused(text: str, problem: str) -> None:
+    option = next(o for o in specs()["biolatency"].options if o.name == "buckets")
+    assert option.check is not None
+    with pytest.raises(ValueError, match=problem):
+        option.check(text)
+
+
+def test_bounds_parse_in_any_order_and_all_means_every_one() -> None:
+    assert parse_bounds("0.262144, 1.6e-05,0.262144") == (1.6e-05, 0.262144)
+    assert parse_bounds("all") == BUCKET_BOUNDS
 
 
 def test_missing_bcc_module_is_a_clear_reason(tmp_path: Path, monkeypatch) -> None:
@@ -195,7 +226,11 @@ def test_real_ebpf_counts_direct_writes(tmp_path: Path) -> None:
         assert devices and all(not d[0].isdigit() for d in devices)  # names, not major:minor
         (family,) = collector.update()
         buckets = [s for s in family.samples if s.name.endswith("_bucket")]
-        assert {s.labels["le"] for s in buckets} >= {"+Inf", repr(BUCKET_BOUNDS[0])}
+        # The default bounds only (the default thresholds' brackets), and +Inf.
+        assert {s.labels["le"] for s in buckets} == {
+            "+Inf",
+            *(repr(b) for b in parse_bounds(DEFAULT_BUCKETS)),
+        }
     finally:
         collector.close()
 

@@ -20,8 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# The exporter's buckets: 2^k microseconds, k = 3..23.
-BUCKETS = tuple(2**k / 1e6 for k in range(3, 24))
+from exporter.collectors.biolatency import DEFAULT_BUCKETS
+from mco.latency_buckets import BOUNDS, parse_bounds
+
+# Every bucket the exporter can export: 2^k microseconds, k = 3..23. A profile's spread is over
+# all of them; the fleet serves those of ``--latency-buckets`` (default: the exporter's).
+BUCKETS = BOUNDS
 
 
 @dataclass(frozen=True)
@@ -261,13 +265,10 @@ def assign(nodes: Sequence[str], profiles: Sequence[str]) -> dict[str, Profile]:
     return {n: PROFILES[p] for n, p in zip(nodes, itertools.cycle(profiles), strict=False)}
 
 
-def kept_bounds(step: int) -> frozenset[str]:
-    """The ``le`` values of a coarser histogram: every ``step``-th bound (from the ``step``-th)
-    and +Inf. Buckets are cumulative, so dropping some leaves a valid histogram (for the
-    benchmark's question of what fewer buckets would cost; the exporter has all 21)."""
-    if step < 1:
-        raise ValueError(f"bucket step must be >= 1, got {step}")
-    return frozenset([*(repr(b) for b in BUCKETS[step - 1 :: step]), "+Inf"])
+def kept_bounds(buckets: str = DEFAULT_BUCKETS) -> frozenset[str]:
+    """The ``le`` values served for the exporter's ``--collector.biolatency.buckets`` value:
+    those bounds and +Inf. Buckets are cumulative, so dropping some leaves a valid histogram."""
+    return frozenset([*(repr(b) for b in parse_bounds(buckets)), "+Inf"])
 
 
 def _prefix(series: Series, node: str) -> str:
@@ -286,10 +287,13 @@ class Fleet:
     """
 
     def __init__(
-        self, assignment: dict[str, Profile], start_ms: int | None = None, bucket_step: int = 1
+        self,
+        assignment: dict[str, Profile],
+        start_ms: int | None = None,
+        buckets: str = DEFAULT_BUCKETS,
     ) -> None:
         self.start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
-        keep = kept_bounds(bucket_step)
+        keep = kept_bounds(buckets)
         lines: list[tuple[str, float, float]] = []
         for node, profile in assignment.items():
             lines.append(
@@ -357,11 +361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profiles", default=",".join(PROFILES))
     parser.add_argument("--start-ms", type=int, default=None)
     parser.add_argument(
-        "--bucket-step", type=int, default=1, help="serve every Nth latency bucket only"
+        "--latency-buckets",
+        default=DEFAULT_BUCKETS,
+        help="the latency buckets served, as the exporter's --collector.biolatency.buckets "
+        "(default: its default; 'all': every one)",
     )
     args = parser.parse_args(argv)
     fleet = Fleet(
-        assign(node_names(args.nodes), args.profiles.split(",")), args.start_ms, args.bucket_step
+        assign(node_names(args.nodes), args.profiles.split(",")),
+        args.start_ms,
+        args.latency_buckets,
     )
     print(f"serving {fleet.series_count} series on {args.host}:{args.port}", flush=True)
     serve(fleet, args.host, args.port)

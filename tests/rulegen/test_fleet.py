@@ -7,15 +7,16 @@ from collections import defaultdict
 
 import pytest
 
+from exporter.collectors.biolatency import DEFAULT_BUCKETS
 from tests.rulegen import fleet as F
 
 START_MS = 1_700_000_000_000
 
 
 @pytest.mark.parametrize("nodes", [0, 1, len(F.PROFILES), 3 * len(F.PROFILES) + 2])
-@pytest.mark.parametrize("step", [1, 3])
-def test_render_equals_the_plain_render(nodes, step):
-    fleet = F.Fleet(F.assign(F.node_names(nodes), list(F.PROFILES)), START_MS, step)
+@pytest.mark.parametrize("buckets", ["all", DEFAULT_BUCKETS])
+def test_render_equals_the_plain_render(nodes, buckets):
+    fleet = F.Fleet(F.assign(F.node_names(nodes), list(F.PROFILES)), START_MS, buckets)
     for elapsed_ms in (0, 1, 999, 1000, 61_234, 3_600_000):
         now = START_MS + elapsed_ms
         assert fleet.render(now) == fleet.render_plainly(now)
@@ -30,28 +31,29 @@ def test_counters_grow_by_their_slope_and_gauges_stay():
     assert at[0][online] == at[10][online] == 64
 
 
-def test_coarser_buckets_keep_a_valid_cumulative_histogram():
-    fleet = F.Fleet(F.assign(F.node_names(2), ["typical"]), START_MS, bucket_step=2)
+@pytest.mark.parametrize("buckets", ["all", DEFAULT_BUCKETS, "1.6e-05,0.524288"])
+def test_fewer_buckets_keep_a_valid_cumulative_histogram(buckets):
+    fleet = F.Fleet(F.assign(F.node_names(2), ["typical"]), START_MS, buckets)
     values = _values(fleet.render(START_MS + 10_000))
-    buckets: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    histograms: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for key, value in values.items():
         if key.startswith("mco_block_io_latency_seconds_bucket{"):
             le = re.search(r'le="([^"]+)"', key)
             assert le is not None
-            buckets[re.sub(r',le="[^"]+"', "", key)].append((float(le.group(1)), value))
-    assert len(buckets) == 4  # 2 nodes x (read, write)
-    for series in buckets.values():
-        assert {str(b) for b, _ in series} == {
-            str(float(le)) for le in F.kept_bounds(2)
-        }  # 10 finite bounds and +Inf
+            histograms[re.sub(r',le="[^"]+"', "", key)].append((float(le.group(1)), value))
+    assert len(histograms) == 4  # 2 nodes x (read, write)
+    for series in histograms.values():
+        assert {str(b) for b, _ in series} == {str(float(le)) for le in F.kept_bounds(buckets)}
         counts = [v for _, v in sorted(series)]
         assert counts == sorted(counts)  # cumulative
-    assert fleet.series_count == 2 * (len(F.PROFILES["typical"].series) + 1 - 2 * 11)
+    dropped = len(F.BUCKETS) + 1 - len(F.kept_bounds(buckets))
+    assert fleet.series_count == 2 * (len(F.PROFILES["typical"].series) + 1 - 2 * dropped)
 
 
-def test_bucket_step_must_be_positive():
-    with pytest.raises(ValueError, match="bucket step"):
-        F.kept_bounds(0)
+def test_the_default_is_the_exporters_default_and_a_wrong_bound_is_refused():
+    assert F.kept_bounds() == {"0.016384", "0.032768", "0.065536", "0.131072", "0.262144", "+Inf"}
+    with pytest.raises(ValueError, match="not a bucket bound"):
+        F.kept_bounds("0.01")
 
 
 def _values(body: bytes) -> dict[str, float]:

@@ -207,6 +207,37 @@ detectionRuleConfig.spec deep-merged over it, as YAML. */}}
 {{- toYaml (mergeOverwrite (deepCopy $default.spec) (deepCopy .Values.detectionRuleConfig.spec)) -}}
 {{- end -}}
 
+{{/* The exporter's --collector.biolatency.buckets from the DetectionRuleConfig spec this chart
+installs (rulegen/latency.py computes the same; `mco-rulegen buckets` prints it): for each
+latency signal, every bound from the last one below warn to the first one at or above critical.
+The bounds and the signals come from the generated files/biolatency-buckets.yaml. */}}
+{{- define "mco.biolatencyBuckets" -}}
+{{- $table := fromYaml (.Files.Get "files/biolatency-buckets.yaml") -}}
+{{- if not $table.bounds -}}
+{{- fail "files/biolatency-buckets.yaml is missing from the chart: run `make generate`" -}}
+{{- end -}}
+{{- $spec := fromYaml (include "mco.detectionSpec" .) -}}
+{{- $keep := dict -}}
+{{- range $table.signals -}}
+{{- $t := index (index (index $spec.detections .detection) "signals") .signal -}}
+{{- $warn := float64 $t.warn -}}
+{{- $critical := float64 $t.critical -}}
+{{- $low := float64 (first $table.bounds) -}}
+{{- $high := float64 (last $table.bounds) -}}
+{{- $found := false -}}
+{{- range $table.bounds -}}
+{{- if lt (float64 .) $warn }}{{ $low = float64 . }}{{ end -}}
+{{- if and (not $found) (ge (float64 .) $critical) }}{{ $high = float64 . }}{{ $found = true }}{{ end -}}
+{{- end -}}
+{{- range $i, $b := $table.bounds -}}
+{{- if and (ge (float64 $b) $low) (le (float64 $b) $high) }}{{ $_ := set $keep (printf "%02d" $i) $b }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $i := keys $keep | sortAlpha }}{{ $out = append $out (index $keep $i | toString) }}{{ end -}}
+{{- join "," $out -}}
+{{- end -}}
+
 {{/* Seconds in a DetectionRuleConfig duration (`1m30s` -> 90), for flags that take seconds. */}}
 {{- define "mco.durationSeconds" -}}
 {{- $h := regexFind "[0-9]+h" . | trimSuffix "h" | default "0" | int -}}

@@ -1,0 +1,45 @@
+"""The exporter's latency buckets come from the DetectionRuleConfig spec the chart installs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rulegen.latency import buckets_flag
+from rulegen.model import from_spec
+from tests.chart.helm import render
+
+FLAG = "--collector.biolatency.buckets="
+
+
+def _exporter_args(values: dict[str, Any]) -> list[str]:
+    daemonset = render(values).one("DaemonSet", "exporter")
+    args: list[str] = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def _signals(**thresholds: tuple[float, float]) -> dict[str, Any]:
+    signals = {key: {"warn": w, "critical": c} for key, (w, c) in thresholds.items()}
+    return {"detections": {"ioCongestion": {"signals": signals}}}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        _signals(blockIOLatencyP95Seconds=(0.001, 0.002)),
+        _signals(blockIOLatencyP99Seconds=(2, 20)),
+        _signals(blockIOLatencyP95Seconds=(1e-6, 0.5), blockIOLatencyP99Seconds=(0.75, 1)),
+        _signals(blockIOLatencyP95Seconds=(0.016384, 0.032768)),  # thresholds on bounds
+    ],
+    ids=["default", "fast-disks", "slow-p99", "wide", "on-bounds"],
+)
+def test_the_flag_is_what_rulegen_derives_from_the_same_spec(spec: dict[str, Any]) -> None:
+    args = _exporter_args({"detectionRuleConfig": {"spec": spec}})
+    assert [a for a in args if a.startswith(FLAG)] == [FLAG + buckets_flag(from_spec(spec))]
+
+
+def test_an_explicit_collector_option_wins() -> None:
+    args = _exporter_args({"exporter": {"collectorOptions": {"biolatency.buckets": "all"}}})
+    assert [a for a in args if a.startswith(FLAG)] == [FLAG + "all"]
