@@ -34,6 +34,7 @@ import requests
 import yaml
 
 from rulegen import series as S
+from rulegen.latency import buckets_flag
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.procs import (
@@ -50,6 +51,7 @@ from tests.rulegen import fleet as F
 from tests.rulegen.reference import RECORDED_NAMES, Obs, evaluate, extrapolated_rate, recorded
 
 ROOT = Path(__file__).resolve().parents[2]
+ENGINE_CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
 pytestmark = pytest.mark.slow
 
 Key = tuple[str, str, tuple[tuple[str, str], ...]]  # node, name, extra labels
@@ -268,6 +270,8 @@ def fleet_target(tmp_path_factory) -> Iterator[ScrapeTarget]:
             "tests.rulegen.fleet",
             f"--port={port}",
             f"--nodes={len(F.PROFILES)}",
+            # The latency buckets an exporter deployed for this config exports.
+            f"--latency-buckets={buckets_flag(load_config(ENGINE_CONFIG))}",
         ],
         name="fleet",
         log_path=workdir / "fleet.log",
@@ -278,12 +282,17 @@ def fleet_target(tmp_path_factory) -> Iterator[ScrapeTarget]:
         yield ScrapeTarget("mco-fleet", f"127.0.0.1:{port}")
 
 
-def fleet_expected(config: DetectionRuleConfig) -> dict[Key, float]:
-    """The model's values for the fleet: rates are the slopes, gauges their constant values."""
+def fleet_expected(config: DetectionRuleConfig, buckets: str | None = None) -> dict[Key, float]:
+    """The model's values for the fleet: rates are the slopes, gauges their constant values.
+
+    The latency buckets are those the fleet serves for ``config`` (``buckets``: others)."""
+    kept = F.kept_bounds(buckets_flag(config) if buckets is None else buckets)
     per_node = {}
     for node, profile in F.assign(F.node_names(len(F.PROFILES)), list(F.PROFILES)).items():
         obs = [Obs("mco_node_info", {"nodename": node}, avg=1.0, last=1.0)]
         for s in profile.series:
+            if s.name == "mco_block_io_latency_seconds_bucket" and dict(s.labels)["le"] not in kept:
+                continue
             counter = s.name.endswith(("_total", "_bucket", "_count", "_sum"))
             obs.append(
                 Obs(
@@ -296,6 +305,26 @@ def fleet_expected(config: DetectionRuleConfig) -> dict[Key, float]:
             )
         per_node[node] = obs
     return expected_values(config, per_node)
+
+
+def test_the_fleets_buckets_give_the_verdicts_of_all_buckets():
+    """What the engines are checked on has the verdicts every bucket would give."""
+    config = load_config(ENGINE_CONFIG)
+    served, every = fleet_expected(config), fleet_expected(config, "all")
+    verdicts = (
+        S.SIGNAL_INDEX,
+        S.DETECTION_INDEX,
+        S.DETECTION_TRIGGERED,
+        S.INTERFERENCE_LEVEL,
+        S.SCHEDULE_SCORE,
+        S.HARD_CONSTRAINT_VIOLATED,
+    )
+    assert {k: v for k, v in served.items() if k[1] in verdicts} == {
+        k: v for k, v in every.items() if k[1] in verdicts
+    }
+    # Fewer buckets were served, and they moved a quantile outside the brackets.
+    assert len(served) < len(every)
+    assert any(served.get(k) != v for k, v in every.items() if "latency_p9" in k[1])
 
 
 def test_vmalert_check_accepts_the_rule_file():
@@ -393,7 +422,7 @@ def engines(tmp_path_factory, fleet_target) -> Iterator[Engines]:
     """Prometheus, and VictoriaMetrics + vmalert, evaluating the whole rule file (recording
     group and alerts group) on the fleet, the static target and a target that is down."""
     tmp_path = tmp_path_factory.mktemp("engines")
-    config = load_config(Path(__file__).with_name("promtool") / "config.yaml")
+    config = load_config(ENGINE_CONFIG)
     rules = tmp_path / "rules.yaml"
     rules.write_text(shortened_alerts(render_rules(config, generation=7), hold="2s"))
     static_dir = tmp_path / "static"
