@@ -36,10 +36,31 @@ def _signals(**thresholds: tuple[float, float]) -> dict[str, Any]:
     ids=["default", "fast-disks", "slow-p99", "wide", "on-bounds"],
 )
 def test_the_flag_is_what_rulegen_derives_from_the_same_spec(spec: dict[str, Any]) -> None:
-    args = _exporter_args({"detectionRuleConfig": {"spec": spec}})
+    values = {
+        "detectionRuleConfig": {"spec": spec},
+        "exporter": {"kernelEvents": {"enabled": True}},
+    }
+    args = _exporter_args(values)
     assert [a for a in args if a.startswith(FLAG)] == [FLAG + buckets_flag(from_spec(spec))]
 
 
 def test_an_explicit_collector_option_wins() -> None:
-    args = _exporter_args({"exporter": {"collectorOptions": {"biolatency.buckets": "all"}}})
+    exporter = {
+        "kernelEvents": {"enabled": True},
+        "collectorOptions": {"biolatency.buckets": "all"},
+    }
+    args = _exporter_args({"exporter": exporter})
     assert [a for a in args if a.startswith(FLAG)] == [FLAG + "all"]
+
+
+@pytest.mark.parametrize(
+    ("exporter", "flag"),
+    [
+        ({}, False),  # kernel events off: biolatency off
+        ({"collectors": {"biolatency": True}}, True),
+        ({"kernelEvents": {"enabled": True}, "collectors": {"biolatency": False}}, False),
+    ],
+)
+def test_the_flag_is_set_where_biolatency_runs(exporter: dict[str, Any], flag: bool) -> None:
+    args = _exporter_args({"exporter": exporter})
+    assert any(a.startswith(FLAG) for a in args) == flag

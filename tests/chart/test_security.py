@@ -175,7 +175,12 @@ def test_kernel_events_run_as_root_with_only_what_ebpf_and_perf_need() -> None:
         "/lib/modules": "/lib/modules",
         "/usr/src": "/usr/src",
     }
-    assert not [a for a in container["args"] if "biolatency" in a or "perf_llc" in a]
+    assert not [a for a in container["args"] if a.startswith("--no-collector.")]
+    assert not [a for a in container["args"] if "perf_llc" in a]
+    # biolatency runs, with its default switch, and the latency buckets of the thresholds.
+    assert [a for a in container["args"] if "biolatency" in a] == [
+        "--collector.biolatency.buckets=0.016384,0.032768,0.065536,0.131072,0.262144"
+    ]
 
 
 def test_kata_mounts_follow_the_shim_paths_and_the_collector() -> None:
