@@ -29,6 +29,7 @@ from typing import Any
 import requests
 
 from mco.flags import duration
+from rulegen.latency import buckets_flag
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
@@ -97,6 +98,8 @@ class LocalStack:
                 "exporter",
                 f"--web.listen-address=127.0.0.1:{self.ports.exporter}",
                 f"--node-name={settings.node}",
+                # The latency buckets the rules' thresholds need (one source: the config).
+                f"--collector.biolatency.buckets={buckets_flag(self.config)}",
                 *settings.exporter_args,
             ],
             name="mco-exporter",

@@ -25,6 +25,7 @@ from rulegen.catalog import CATALOG
 from rulegen.latency import HISTOGRAM_SIGNALS, buckets_flag, needed_bounds
 from rulegen.model import DetectionRuleConfig, from_spec
 from rulegen.render import render_rules
+from scripts.local_stack import LocalStack, StackSettings
 from tests.rulegen import reference as R
 from tests.rulegen.test_promtool import promtool
 
@@ -243,3 +244,19 @@ def test_without_any_one_needed_bound_some_verdict_changes(dropped: float) -> No
         if _verdicts(R.evaluate(config, _obs(counts, fewer))) != _verdicts(full):
             changed.append(case)
     assert changed, dropped
+
+
+def test_the_local_stack_exports_the_buckets_of_its_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    signals = {"blockIOLatencyP99Seconds": {"warn": 0.5, "critical": 2}}
+    cr = {
+        "apiVersion": "mco.io/v1alpha1",
+        "kind": "DetectionRuleConfig",
+        "metadata": {"name": "default"},
+        "spec": {"detections": {"ioCongestion": {"signals": signals}}},
+    }
+    path.write_text(yaml.safe_dump(cr))
+    stack = LocalStack(StackSettings(workdir=tmp_path, rule_config=path))
+    flags = [a for a in stack.exporter.argv if a.startswith("--collector.biolatency.buckets=")]
+    assert flags == [f"--collector.biolatency.buckets={buckets_flag(stack.config)}"]
+    assert flags[0].endswith(",0.262144,0.524288,1.048576,2.097152")
