@@ -68,3 +68,5 @@ RULEGEN_GUARD_CHECKS: Final = "mco_rulegen_guard_checks_total"  # {result}
 RULEGEN_ERRORS: Final = "mco_rulegen_errors_total"
 RULEGEN_LAST_APPLY: Final = "mco_rulegen_last_apply_timestamp_seconds"
 RULEGEN_API_REACHABLE: Final = "mco_rulegen_api_reachable"
+# Bounds the accepted config's latency thresholds need that the exporters do not export.
+RULEGEN_LATENCY_BUCKETS_MISSING: Final = "mco_rulegen_latency_buckets_missing"

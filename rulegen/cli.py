@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mco import webserver
 from mco.flags import FlagError, duration
 from mco.kubeconfig import api_client
+from mco.latency_buckets import parse_bounds
 from mco.leader import LeaseElector, add_leader_flags
 from mco.logs import add_log_flags
 from mco.settings import (
@@ -105,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="label on the PrometheusRule, e.g. release=kube-prometheus-stack (repeatable)",
+    )
+    ctl.add_argument(
+        "--exporter-latency-buckets",
+        default="all",
+        metavar="BOUNDS",
+        help="the exporters' --collector.biolatency.buckets (default all): an accepted config "
+        "whose latency thresholds need others says so in its status and "
+        "mco_rulegen_latency_buckets_missing",
     )
     ctl.add_argument(
         "--resync",
@@ -311,6 +320,7 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             config_name=args.config_name,
             resync_seconds=args.resync,
             history_limit=args.history_limit,
+            exporter_buckets=parse_bounds(args.exporter_latency_buckets),
             guard=None
             if source is None
             else guard.GuardSettings(source, max_filtered_share=args.guard_max_filtered_share),

@@ -42,9 +42,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mco import selfmetrics
 from mco.apierrors import CONNECTION, ApiError
+from mco.latency_buckets import BOUNDS, format_bounds
 from mco.leader import LeaseElector, run_while_leading
 from mco.watch import ListWatch, Resource, WatchSettings
 from rulegen import guard, history, model
+from rulegen.latency import needed_bounds
 from rulegen.render import render_prometheusrule
 
 log = logging.getLogger("mco.rulegen.controller")
@@ -69,6 +71,8 @@ class ControllerSettings:
     backoff_max: float = 30.0
     guard: guard.GuardSettings | None = None  # None: no guard (no --prometheus-url)
     history_limit: int = history.DEFAULT_LIMIT  # accepted specs kept in status.history
+    # The exporters' --collector.biolatency.buckets (default: all of them, nothing to check).
+    exporter_buckets: tuple[float, ...] = BOUNDS
 
 
 class ControllerMetrics:
@@ -117,6 +121,12 @@ class ControllerMetrics:
             "Guard checks of a new spec against the live data, by result (passed, rejected, "
             "unchecked: Prometheus did not answer and the spec was applied).",
             ["result"],
+            registry=r,
+        )
+        self.latency_buckets_missing = Gauge(
+            selfmetrics.RULEGEN_LATENCY_BUCKETS_MISSING,
+            "Latency bucket bounds the accepted config's thresholds need and the exporters do "
+            "not export (0: its P95/P99 verdicts are exact).",
             registry=r,
         )
         self.leader = Gauge(
@@ -185,6 +195,7 @@ class RuleConfigController:
         # Set after the first successful reconcile (of this leader term, with an elector).
         self.synced = asyncio.Event()
         self.leading = elector is None  # whether the reconcile loop runs now
+        self._warned: tuple[float, ...] = ()  # the missing latency buckets last logged
 
     def ready(self) -> bool:
         """Readiness: a leader once it has synced; a standby while it hears from the API."""
@@ -254,6 +265,29 @@ class RuleConfigController:
 
     # -- reconciliation -----------------------------------------------------------------------
 
+    def _judge_buckets(self, config: model.DetectionRuleConfig) -> str:
+        """The Accepted message; it names latency buckets the exporters lack (a threshold moved
+        outside the deployed brackets by an edit in the cluster: docs/helm.md)."""
+        needed = needed_bounds(config)
+        missing = sorted(set(needed) - set(self.settings.exporter_buckets))
+        self.metrics.latency_buckets_missing.set(len(missing))
+        flag = format_bounds({*needed, *self.settings.exporter_buckets})
+        if missing and tuple(missing) != self._warned:
+            log.warning(
+                "the exporters do not export latency buckets this config's thresholds need: "
+                "P95/P99 verdicts near those thresholds differ from the model until they do",
+                extra={"missing": format_bounds(missing), "exporter_flag": flag},
+            )
+        self._warned = tuple(missing)
+        if not missing:
+            return "the spec is valid"
+        return (
+            f"the spec is valid, but the exporters do not export the latency buckets "
+            f"{format_bounds(missing)} its P95/P99 thresholds need: set "
+            f"--collector.biolatency.buckets={flag} (helm upgrade with these thresholds in "
+            f"detectionRuleConfig.spec does)"
+        )
+
     async def reconcile(self, obj: Mapping[str, Any] | None, *, force: bool = False) -> None:
         """Bring the PrometheusRule and the status in line with ``obj`` (None: it is absent).
 
@@ -284,7 +318,12 @@ class RuleConfigController:
         self.metrics.accepted.set(1)
         note = f"; {verdict.message}" if verdict is not None else ""
         accepted = _condition(
-            conditions, "Accepted", True, "Valid", f"the spec is valid{note}", generation
+            conditions,
+            "Accepted",
+            True,
+            "Valid",
+            f"{self._judge_buckets(config)}{note}",
+            generation,
         )
         if force or self._applied != (generation, digest):
             try:

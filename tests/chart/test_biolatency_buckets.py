@@ -64,3 +64,27 @@ def test_an_explicit_collector_option_wins() -> None:
 def test_the_flag_is_set_where_biolatency_runs(exporter: dict[str, Any], flag: bool) -> None:
     args = _exporter_args({"exporter": exporter})
     assert any(a.startswith(FLAG) for a in args) == flag
+
+
+def _rulegen_flag(values: dict[str, Any]) -> str:
+    deployment = render(values).one("Deployment", "rulegen")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (flag,) = [a for a in args if a.startswith("--exporter-latency-buckets=")]
+    return flag.removeprefix("--exporter-latency-buckets=")
+
+
+@pytest.mark.parametrize(
+    ("exporter", "flag"),
+    [
+        ({}, "all"),  # no histogram: nothing to check
+        ({"kernelEvents": {"enabled": True}}, "0.016384,0.032768,0.065536,0.131072,0.262144"),
+        (
+            {"kernelEvents": {"enabled": True}, "collectorOptions": {"biolatency.buckets": "all"}},
+            "all",
+        ),
+    ],
+)
+def test_the_rulegen_controller_knows_what_the_exporters_export(
+    exporter: dict[str, Any], flag: str
+) -> None:
+    assert _rulegen_flag({"exporter": exporter}) == flag

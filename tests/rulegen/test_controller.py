@@ -29,6 +29,8 @@ import trustme
 import yaml
 from kubernetes_asyncio import client
 
+from exporter.collectors.biolatency import DEFAULT_BUCKETS
+from mco.latency_buckets import parse_bounds
 from rulegen.controller import FIELD_MANAGER, ControllerSettings, RuleConfigController
 from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object
@@ -527,3 +529,47 @@ def test_resync_takes_any_flag_duration():
         command = parse_settings(["controller", f"--resync={text}"])
         assert isinstance(command, ControllerCommand)
         assert command.controller.resync_seconds == seconds
+
+
+FAST_DISKS = {
+    "detections": {
+        "ioCongestion": {
+            "signals": {"blockIOLatencyP95Seconds": {"warn": 0.001, "critical": 0.004}}
+        }
+    }
+}
+
+
+async def test_thresholds_outside_the_exporters_buckets_are_named_in_the_status(cluster):
+    """Accepted and applied, but the status and a gauge say which buckets the exporters lack."""
+    settings = dataclasses.replace(SETTINGS, exporter_buckets=parse_bounds(DEFAULT_BUCKETS))
+    async with kmock.Server(cluster) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+        controller = RuleConfigController(api, settings)
+        task = asyncio.create_task(controller.run())
+        try:
+            await cluster.post(DRC_PATH, json=drc(FAST_DISKS))
+            await eventually(lambda: status(cluster).get("appliedGeneration") == 1, what="applied")
+            accepted = condition(cluster, "Accepted")
+            assert accepted["status"] == "True"
+            # P95 0.5-4.1 ms: the brackets from 0.512 ms to 4.096 ms, none of them exported.
+            assert "latency buckets 0.000512,0.001024,0.002048,0.004096 " in accepted["message"]
+            assert (
+                "--collector.biolatency.buckets=0.000512,0.001024,0.002048,0.004096,0.016384,"
+                in accepted["message"]
+            )
+            assert controller.metrics.latency_buckets_missing._value.get() == 4
+            assert api_server_errors(crd(), cluster.objects[DRC, None, "default"].raw) == []
+
+            # Back to the default thresholds: nothing missing.
+            await cluster.patch(
+                f"{DRC_PATH}/default",
+                json={"metadata": {"generation": 2}, "spec": {"detections": None}},
+            )
+            await eventually(lambda: status(cluster).get("appliedGeneration") == 2, what="2")
+            assert condition(cluster, "Accepted")["message"] == "the spec is valid"
+            assert controller.metrics.latency_buckets_missing._value.get() == 0
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await api.close()

@@ -238,6 +238,26 @@ The bounds and the signals come from the generated files/biolatency-buckets.yaml
 {{- join "," $out -}}
 {{- end -}}
 
+{{/* Whether the exporters run biolatency: `exporter.collectors.biolatency` where set, else
+`exporter.kernelEvents.enabled`. */}}
+{{- define "mco.biolatencyRuns" -}}
+{{- $e := .Values.exporter -}}
+{{- if ternary (index $e.collectors "biolatency") $e.kernelEvents.enabled (hasKey $e.collectors "biolatency") }}true{{ end -}}
+{{- end -}}
+
+{{/* The exporters' --collector.biolatency.buckets as they run it (`all` where biolatency does
+not run: no histogram, nothing for the rulegen controller to check). */}}
+{{- define "mco.exporterBuckets" -}}
+{{- $options := .Values.exporter.collectorOptions -}}
+{{- if not (include "mco.biolatencyRuns" .) -}}
+all
+{{- else if hasKey $options "biolatency.buckets" -}}
+{{- index $options "biolatency.buckets" -}}
+{{- else -}}
+{{- include "mco.biolatencyBuckets" . -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Seconds in a DetectionRuleConfig duration (`1m30s` -> 90), for flags that take seconds. */}}
 {{- define "mco.durationSeconds" -}}
 {{- $h := regexFind "[0-9]+h" . | trimSuffix "h" | default "0" | int -}}
