@@ -218,12 +218,19 @@ detectionRuleConfig.spec deep-merged over it, as YAML. */}}
 {{/* The reporter's PromQL credentials: flags naming files under /etc/mco/prometheus, and the
 projected volume holding them, from existing Secrets (a ConfigMap for the CA). Secrets never
 reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
+{{- define "mco.prometheusURLs" -}}
+{{- $p := .Values.prometheus -}}
+{{- toJson ($p.shards | default (list $p.url)) -}}
+{{- end -}}
+
 {{- define "mco.prometheusAuth" -}}
 {{- $p := .Values.prometheus -}}
 {{- $auth := $p.auth -}}
 {{- $tls := $p.tls -}}
-{{- if regexMatch "^[^/]*//[^/?#]*@" $p.url -}}
-{{- fail "prometheus.url must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." -}}
+{{- range (prepend ($p.shards | default list) $p.url) -}}
+{{- if regexMatch "^[^/]*//[^/?#]*@" . -}}
+{{- fail "prometheus.url and prometheus.shards must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." -}}
+{{- end -}}
 {{- end -}}
 {{- if and $auth.bearerToken.secretName (or $auth.basicAuth.username $auth.basicAuth.passwordSecretName) -}}
 {{- fail "prometheus.auth: set either bearerToken or basicAuth, not both" -}}
