@@ -215,21 +215,25 @@ detectionRuleConfig.spec deep-merged over it, as YAML. */}}
 {{- add (mul $h 3600) (mul $m 60) $s -}}
 {{- end -}}
 
-{{/* The reporter's PromQL credentials: flags naming files under /etc/mco/prometheus, and the
-projected volume holding them, from existing Secrets (a ConfigMap for the CA). Secrets never
-reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
+{{/* The URLs the reporter queries (JSON list): one per shard (prometheus.shards), else
+prometheus.url. */}}
 {{- define "mco.prometheusURLs" -}}
 {{- $p := .Values.prometheus -}}
 {{- toJson ($p.shards | default (list $p.url)) -}}
 {{- end -}}
 
+{{/* The reporter's PromQL credentials: flags naming files under /etc/mco/prometheus, and the
+projected volume holding them, from existing Secrets (a ConfigMap for the CA). Secrets never
+reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
 {{- define "mco.prometheusAuth" -}}
 {{- $p := .Values.prometheus -}}
 {{- $auth := $p.auth -}}
 {{- $tls := $p.tls -}}
-{{- range (prepend ($p.shards | default list) $p.url) -}}
+{{- range $key, $urls := dict "prometheus.url" (list $p.url) "prometheus.shards" ($p.shards | default list) -}}
+{{- range $urls -}}
 {{- if regexMatch "^[^/]*//[^/?#]*@" . -}}
-{{- fail "prometheus.url and prometheus.shards must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." -}}
+{{- fail (printf "%s must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." $key) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if and $auth.bearerToken.secretName (or $auth.basicAuth.username $auth.basicAuth.passwordSecretName) -}}
