@@ -14,7 +14,9 @@ Measured per layout (M shards of N/M nodes, M = 1 is the baseline):
   evaluations;
 - the reporter's cycle (the real ``Reporter.cycle`` with one PromQL client per shard, queried
   concurrently and merged, written to a file as ``mco-reporter --output`` does): median wall
-  and CPU over several cycles, and that every node is in the report and live.
+  and CPU over several cycles, how many nodes are live and how old their newest samples are;
+- the real ``mco-reporter --once --prometheus-url URL...`` process, one per shard: its wall
+  time (interpreter start included) and that it exits 0 with every node in its file.
 Printed as ratios against M = 1. The model (docs/benchmarks.md): evaluation per shard ~ the
 per-node cost x N/M; the reporter's cycle ~ a fixed part + a per-node part x N (the shards
 answer concurrently, the merge and the write are over all N nodes).
@@ -24,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +70,7 @@ class Layout:
     answer_bytes: float  # per cycle, all shards
     reported: int  # nodes in the report
     live: int  # of which live (a sample within live_within: the engine keeps up)
+    once_wall: float  # seconds of `mco-reporter --once` with one --prometheus-url per shard
     age_median: float  # seconds from a node's newest sample to the last cycle
     age_max: float
     load: tuple[float, float]
@@ -126,6 +131,22 @@ async def _reporter_cycles(
     finally:
         for c in clients:
             await c.__aexit__(None, None, None)
+
+
+def _once(urls: list[str], out: Path, nodes: int) -> float:
+    """Wall seconds of the real ``mco-reporter --once`` with one ``--prometheus-url`` per shard
+    (process start included); it must exit 0 with every node in its file."""
+    argv = [sys.executable, "-m", "reporter", "--once", f"--output={out}", "--log.level=warn"]
+    argv += [f"--prometheus-url={url}" for url in urls]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"mco-reporter --once exited {done.returncode}: {done.stderr[-500:]}")
+    written = json.loads(out.read_text())["status"]["nodes"]
+    if len(written) != nodes:
+        raise RuntimeError(f"mco-reporter --once wrote {len(written)} of {nodes} nodes")
+    return wall
 
 
 def _wait_levels(prom: Prometheus, count: int) -> None:
@@ -215,6 +236,7 @@ def measure(nodes: int, shards: int, seconds: int, interval: int, workdir: Path)
         reporter, cycles = asyncio.run(
             _reporter_cycles([p.url for p in proms], workdir / "report.json", REPORTER_CYCLES)
         )
+        once_wall = _once([p.url for p in proms], workdir / "once.json", nodes)
         entries = reporter.tracker.entries
         live = sum(1 for e in entries.values() if e.live)
         at = reporter.tracker.view().at
@@ -233,6 +255,7 @@ def measure(nodes: int, shards: int, seconds: int, interval: int, workdir: Path)
         answer_bytes=statistics.median(c[2] for c in cycles),
         reported=len(entries),
         live=live,
+        once_wall=once_wall,
         age_median=statistics.median(ages),
         age_max=ages[-1],
         load=(load_before, os.getloadavg()[0]),
@@ -273,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\n{'shards':>6} {'nodes/shard':>11} {'eval ms (slowest)':>17} {'x base':>7} "
         f"{'per shard ms':>24} {'missed':>6} {'prom cores':>18} {'cycle ms':>9} "
         f"{'x base':>7} {'cycle CPU ms':>12} {'answer KiB':>10} {'live':>9} {'data age s':>10} "
-        f"{'load 1m':>11}"
+        f"{'--once s':>8} {'load 1m':>11}"
     )
     for r in results:
         per = "/".join(f"{m * 1e3:.0f}" for m in r.eval_medians)
@@ -284,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r.cycle_wall * 1e3:>9.1f} {r.cycle_wall / base.cycle_wall:>7.2f} "
             f"{r.cycle_cpu * 1e3:>12.1f} {r.answer_bytes / 1024:>10.0f} "
             f"{f'{r.live}/{r.reported}':>9} {f'{r.age_median:.1f}/{r.age_max:.1f}':>10} "
-            f"{r.load[0]:>5.2f}/{r.load[1]:<5.2f}"
+            f"{r.once_wall:>8.2f} {r.load[0]:>5.2f}/{r.load[1]:<5.2f}"
         )
     per_node = base.slowest / base.nodes
     print(
@@ -296,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ideal = base.slowest / r.shards
         print(
             f"  {r.shards} shards: slowest shard {r.slowest * 1e3:.0f} ms against "
-            f"{ideal * 1e3:.0f} ms for a perfect 1/{r.shards} (x{r.slowest / ideal:.2f}: the "
+            f"{ideal * 1e3:.0f} ms for a perfect 1/{r.shards}: x{r.slowest / ideal:.2f} (all "
             f"shards share this machine's {os.cpu_count()} cores)"
         )
     ok = all(r.reported == r.nodes for r in results)
