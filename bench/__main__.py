@@ -18,6 +18,7 @@ BENCHMARKS = {
     "wide_node": "bench.wide_node",
     "irq_detection": "bench.irq_detection",
     "cgroup_pods": "bench.cgroup_pods",
+    "shards": "bench.shards",
 }
 
 

@@ -38,6 +38,9 @@ REPORTER_LAYOUT: Final = "mco_reporter_layout"
 REPORTER_LARGEST_OBJECT_BYTES: Final = "mco_reporter_largest_object_bytes"
 REPORTER_OBJECT_OVER_LIMIT: Final = "mco_reporter_object_over_limit"
 REPORTER_RULE_CONFIG_MISMATCH: Final = "mco_reporter_rule_config_mismatch"
+# Per PromQL source (a shard), labelled with its URL without credentials.
+REPORTER_SOURCE_UP: Final = "mco_reporter_source_up"
+REPORTER_SOURCE_NODES: Final = "mco_reporter_source_nodes"
 
 # --- mco-extender (extender/metrics.py)
 EXTENDER_REPORT_LOADED: Final = "mco_extender_report_loaded"

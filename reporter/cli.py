@@ -32,6 +32,7 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.promql import (
+    AnswerBudget,
     PromQLClient,
     mmap_large_buffers,
     safe_url,
@@ -52,7 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mco-reporter",
         description="Turn MCO's recorded series into the NodeInterferenceReport custom resource.",
     )
-    add_source_flags(p, required=True, url_help="base URL of a PromQL HTTP API")
+    add_source_flags(
+        p,
+        required=True,
+        repeatable=True,
+        url_help="base URL of a PromQL HTTP API; once per shard (Prometheus Operator shards, "
+        "single-node VictoriaMetrics): each is queried every cycle and the answers merged",
+    )
     rep = p.add_argument_group("report")
     rep.add_argument("--interval", type=duration, default=1.0, metavar="DURATION")
     rep.add_argument("--once", action="store_true", help="run one cycle and exit")
@@ -143,7 +150,7 @@ async def run(settings: ReporterSettings) -> int:
     log.info(
         "starting",
         extra={
-            "source": safe_url(settings.source.url),
+            "source": ",".join(safe_url(s.url) for s in settings.sources),
             "sink": settings.output or "kubernetes",
             "layout": settings.layout,
             "interval_s": settings.interval,
@@ -151,9 +158,15 @@ async def run(settings: ReporterSettings) -> int:
     )
     runner = None
     try:
-        async with PromQLClient(settings.source) as source:
+        async with contextlib.AsyncExitStack() as stack:
+            # One answer budget for all shards: the memory bound holds whatever their number.
+            budget = AnswerBudget(settings.source.max_answer_bytes)
+            sources = [
+                await stack.enter_async_context(PromQLClient(config, budget))
+                for config in settings.sources
+            ]
             reporter = Reporter(
-                source=source,
+                source=sources,
                 rules=rules,
                 plan=Plan(compact=settings.compact),
                 epsilon=Epsilon(settings.epsilon, settings.signal_epsilon),

@@ -1,6 +1,7 @@
 """The reporter's cycle: query, track, write, behind one ``Sink`` (``reporter.sink``).
 
-One cycle is one instant query (``reporter.query``), the tracker's update
+One cycle is one instant query (``reporter.query``; one per shard, merged by
+``reporter.shards``, when there are several sources), the tracker's update
 (``reporter.tracker``), then the sink's write; ``lead`` repeats it every interval for one
 leader term (the whole run without leader election), following the DetectionRuleConfig
 meanwhile. The CLI, the tests and the benchmark all drive this module.
@@ -13,15 +14,17 @@ import contextlib
 import gc
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.metrics import ReporterMetrics
 from reporter.promql import PromQLClient, SourceError
-from reporter.query import Plan, fetch
+from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import ReportConfig
+from reporter.shards import gather
 from reporter.sink import Sink, SinkResult
 from reporter.tracker import CycleResult, Tracker
 from rulegen.durations import format_duration
@@ -63,7 +66,7 @@ class Reporter:
     def __init__(
         self,
         *,
-        source: PromQLClient,
+        source: PromQLClient | Sequence[PromQLClient],
         rules: RuleConfigSource,
         plan: Plan,
         epsilon: Epsilon,
@@ -72,7 +75,10 @@ class Reporter:
         live_within: float | None = None,
         refresh_after: float = 0.0,
     ) -> None:
-        self.source = source
+        # One source, or one per shard (the same query layer's URL given twice is refused).
+        self.sources = (source,) if isinstance(source, PromQLClient) else tuple(source)
+        if not self.sources:
+            raise ValueError("a reporter needs at least one PromQL source")
         self.rules = rules
         self.plan = plan
         self.epsilon = epsilon
@@ -85,7 +91,10 @@ class Reporter:
         self.tracker = self._new_tracker(self._config)
         self.seeded = False
         self.settled = False
-        self._source_error = ""  # kind of the ongoing source failure, for logging
+        self._source_error: dict[str, str] = {}  # shard -> kind of its ongoing failure
+        for client in self.sources:
+            metrics.source_up.labels(client.where)
+            metrics.source_nodes.labels(client.where)
 
     def _live_within(self, cfg: DetectionRuleConfig) -> float:
         return self.live_within or max(5.0, 3.0 * cfg.evaluation_interval)
@@ -134,26 +143,36 @@ class Reporter:
                     Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
                 )
         outcome = Outcome(True)
-        m.queries.inc(len(self.plan.exprs))
-        try:
-            snap = await fetch(self.source, self.plan, at)
-        except SourceError as exc:
-            m.errors.labels(exc.kind).inc()
-            result = self.tracker.fail(exc, at)
-            outcome = Outcome(False, f"PromQL source failed ({exc.kind}): {exc.message}", result)
-            # Once per outage (and per change of reason), not once a second.
-            level = logging.WARNING if exc.kind != self._source_error else logging.DEBUG
-            log.log(level, "PromQL source failed", extra={"kind": exc.kind, "err": exc.message})
-            self._source_error = exc.kind
+        m.queries.inc(len(self.plan.exprs) * len(self.sources))
+        gathered = await gather(self.sources, self.plan, at)
+        self._log_sources(gathered.failed)
+        for where, failure in gathered.failed.items():
+            m.errors.labels(failure.kind).inc()
+            m.source_up.labels(where).set(0)
+        for where, count in gathered.nodes.items():
+            m.source_up.labels(where).set(1)
+            m.source_nodes.labels(where).set(count)
+        snap = gathered.snapshot
+        if snap is None:
+            error = gathered.error()
+            result = self.tracker.fail(error, at)
+            outcome = Outcome(
+                False, f"PromQL source failed ({error.kind}): {error.message}", result
+            )
             queried = False
         else:
-            if self._source_error:
-                log.info("PromQL source answers again", extra={"after": self._source_error})
-                self._source_error = ""
             m.answer_bytes.inc(snap.answer_bytes)
             queried = True
-            result = self.tracker.apply(snap)
+            result = self.tracker.apply(snap, gathered.failed)
             outcome.result = result
+            if gathered.failed:  # some shards answered: their nodes are current, not the rest
+                error = gathered.error()
+                outcome = Outcome(
+                    False,
+                    f"{len(gathered.failed)} of {len(self.sources)} PromQL sources failed "
+                    f"({error.kind}): {error.message}",
+                    result,
+                )
             m.changed_nodes.inc(result.changed)
             m.rule_config_mismatch.set(1 if result.rule_hash_mismatch else 0)
         m.nodes.set(result.nodes)
@@ -173,6 +192,23 @@ class Reporter:
         if queried and written.delivered:
             m.last_sync.set(at)
         return self._done(outcome, cpu0, wall0)
+
+    def _log_sources(self, failed: dict[str, SourceError]) -> None:
+        """Once per outage of a source (and per change of reason), not once a cycle."""
+        for where, exc in failed.items():
+            before = self._source_error.get(where)
+            level = logging.WARNING if exc.kind != before else logging.DEBUG
+            log.log(
+                level,
+                "PromQL source failed",
+                extra={"source": where, "kind": exc.kind, "err": exc.message},
+            )
+            self._source_error[where] = exc.kind
+        for where in [w for w in self._source_error if w not in failed]:
+            log.info(
+                "PromQL source answers again",
+                extra={"source": where, "after": self._source_error.pop(where)},
+            )
 
     def _done(self, outcome: Outcome, cpu0: float, wall0: float) -> Outcome:
         self.metrics.cycle_seconds.observe(time.perf_counter() - wall0)

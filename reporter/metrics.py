@@ -100,6 +100,20 @@ class ReporterMetrics:
             "1 when the source's rules encode another DetectionRuleConfig than this reporter's.",
             registry=r,
         )
+        self.source_up = Gauge(
+            selfmetrics.REPORTER_SOURCE_UP,
+            "1 when the PromQL source (a shard; its URL without credentials) answered the last "
+            "cycle, 0 when it failed (its nodes age toward stale).",
+            ["source"],
+            registry=r,
+        )
+        self.source_nodes = Gauge(
+            selfmetrics.REPORTER_SOURCE_NODES,
+            "Nodes taken from the source's answer at its last successful cycle (a node two "
+            "shards know counts for the one with the freshest sample).",
+            ["source"],
+            registry=r,
+        )
         for kind in (
             "source_unreachable",
             "source_timeout",

@@ -205,7 +205,9 @@ class Answer(msgspec.Struct, Generic[T], gc=False):
 class PromQLClient:
     """Instant queries over one pooled HTTP session; use as an async context manager."""
 
-    def __init__(self, config: SourceConfig) -> None:
+    def __init__(self, config: SourceConfig, budget: AnswerBudget | None = None) -> None:
+        """``budget``: shared by the clients of several shards, so that the bound holds for
+        all their answers together (default: this client's own)."""
         config.validate()
         self.config = config
         parts = urlsplit(config.url)
@@ -228,7 +230,7 @@ class PromQLClient:
         self._url_password = parts.password
         self._session: aiohttp.ClientSession | None = None
         self._decoders: dict[type, msgspec.json.Decoder[Any]] = {}
-        self._budget = AnswerBudget(config.max_answer_bytes)
+        self._budget = budget if budget is not None else AnswerBudget(config.max_answer_bytes)
 
     def _ssl(self) -> ssl.SSLContext | bool:
         c = self.config

@@ -16,12 +16,12 @@ from mco.settings import (
 from mco.webconfig import WebSettings
 from reporter.layout import DEFAULT_MAX_BYTES, LayoutMode
 from reporter.promql import SourceConfig
-from reporter.source_flags import source_config
+from reporter.source_flags import source_configs
 
 
 @dataclass(frozen=True, slots=True)
 class ReporterSettings:
-    source: SourceConfig
+    sources: tuple[SourceConfig, ...]  # one, or one per shard (the same flags, another URL)
     interval: float = 1.0
     once: bool = False
     output: str | None = None  # FILE or "-": write JSON there instead of the API
@@ -40,15 +40,18 @@ class ReporterSettings:
     log: LogSettings = field(default_factory=LogSettings)
     deprecated: tuple[str, ...] = ()
 
+    @property
+    def source(self) -> SourceConfig:
+        """The one source, or the first shard (the flags they share)."""
+        return self.sources[0]
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ReporterSettings:
-        source = source_config(args)
-        if source is None:
-            raise ValueError("--prometheus-url is required")
+        sources = tuple(source_configs(args))
         if args.interval <= 0:
             raise ValueError("--interval must be positive")
         return cls(
-            source=source,
+            sources=sources,
             interval=args.interval,
             once=args.once,
             output=args.output,

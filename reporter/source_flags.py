@@ -7,7 +7,7 @@ import argparse
 import re
 
 from mco.flags import duration, size
-from reporter.promql import DEFAULT_MAX_ANSWER_BYTES, SourceConfig
+from reporter.promql import DEFAULT_MAX_ANSWER_BYTES, SourceConfig, safe_url
 
 
 def header(text: str) -> tuple[str, str]:
@@ -17,9 +17,15 @@ def header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def add_source_flags(parser: argparse.ArgumentParser, *, required: bool, url_help: str) -> None:
+def add_source_flags(
+    parser: argparse.ArgumentParser, *, required: bool, url_help: str, repeatable: bool = False
+) -> None:
+    """``repeatable``: ``--prometheus-url`` may be given once per shard (``source_configs``)."""
     src = parser.add_argument_group("PromQL source")
-    src.add_argument("--prometheus-url", required=required, help=url_help)
+    if repeatable:
+        src.add_argument("--prometheus-url", required=required, action="append", help=url_help)
+    else:
+        src.add_argument("--prometheus-url", required=required, help=url_help)
     src.add_argument("--prometheus-timeout", type=duration, default=5.0, metavar="DURATION")
     src.add_argument("--prometheus-bearer-token-file", metavar="FILE")
     src.add_argument("--prometheus-basic-auth-user", metavar="USER")
@@ -56,8 +62,24 @@ def source_config(args: argparse.Namespace) -> SourceConfig | None:
     """The source the flags name, validated; None without ``--prometheus-url``."""
     if not args.prometheus_url:
         return None
+    return _config(args, args.prometheus_url)
+
+
+def source_configs(args: argparse.Namespace) -> list[SourceConfig]:
+    """One source per ``--prometheus-url`` (added with ``repeatable=True``), each with the
+    ``--prometheus-*`` flags they share, validated. The same URL twice (as written in logs and
+    metrics: without credentials or query) is refused: its shard would be queried twice."""
+    sources = [_config(args, url) for url in args.prometheus_url or []]
+    urls = [safe_url(s.url) for s in sources]
+    repeated = sorted({u for u in urls if urls.count(u) > 1})
+    if repeated:
+        raise ValueError(f"--prometheus-url given twice: {', '.join(repeated)}")
+    return sources
+
+
+def _config(args: argparse.Namespace, url: str) -> SourceConfig:
     source = SourceConfig(
-        url=args.prometheus_url,
+        url=url,
         timeout=args.prometheus_timeout,
         bearer_token_file=args.prometheus_bearer_token_file,
         basic_auth_user=args.prometheus_basic_auth_user,

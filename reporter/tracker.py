@@ -10,6 +10,10 @@ The dangerous failure is an error that looks like a quiet node. So:
 * A node without a fresh sample (absent from the answer, or its newest sample older than
   ``live_within``) loses ``live`` and keeps the time of its last sample, so it ages on its own;
   once that is older than ``stale_after`` it is removed.
+* With several sources (shards, ``reporter.shards``), one that fails leaves its nodes out of
+  the answer: they lose ``live`` and age from their last sample like any absent node, while the
+  heartbeat moves on for the others; and while any source fails no absent entry is removed
+  (it may be one of the failed shard's), so none is dropped, only left to go stale.
 * A sample time that is not a number or lies ahead of this clock by more than
   ``MAX_CLOCK_SKEW`` is an engine fault: the node counts as without a fresh sample (never live
   "until then"), and the ``Synced`` condition names it with the reason.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import le
 from typing import Final, Literal
@@ -109,7 +114,9 @@ class Tracker:
 
     # -----------------------------------------------------------------------------------------
 
-    def apply(self, snap: Snapshot) -> CycleResult:
+    def apply(self, snap: Snapshot, failed: Mapping[str, SourceError] | None = None) -> CycleResult:
+        """One answered cycle; ``failed``: the sources (by safe URL) that did not answer, when
+        there are several and some did."""
         at = snap.at
         self._at = at
         self._times = {}
@@ -155,7 +162,8 @@ class Tracker:
             if node in seen:
                 continue
             last = self.last_seen.get(node, -math.inf)
-            if at - last > self.stale_after or last > ahead:  # too old, or dated ahead
+            # Too old (unless a source failed: it may be that source's node), or dated ahead.
+            if (at - last > self.stale_after and not failed) or last > ahead:
                 del entries[node]
                 basis_of.pop(node, None)
                 self.last_seen.pop(node, None)
@@ -175,8 +183,44 @@ class Tracker:
         infos = snap.rules
         generations = [i.generation for i in infos if i.generation is not None]
         self.generation = max(generations) if generations else self.generation
-        self._set(SOURCE_REACHABLE, "True", "QuerySucceeded", "", at)
         note = self._note_unusable(unusable)
+        rules_message = ""
+        if infos:
+            own = builder.config.config_hash()
+            hashes = sorted({i.hash for i in infos})
+            result.rule_hash_mismatch = hashes != [own]
+            if result.rule_hash_mismatch:
+                rules_message = (
+                    f"the source evaluates DetectionRuleConfig hash {','.join(hashes)}; this "
+                    f"reporter uses {own} for staleAfter and the hard-constraint limits"
+                )
+        if failed:
+            first = next(iter(failed.values()))
+            self._set(
+                SOURCE_REACHABLE,
+                "False",
+                _REASONS.get(first.kind, "Failed"),
+                _bounded("; ".join(e.message for e in failed.values())),
+                at,
+            )
+            partial = (
+                f"{len(failed)} source(s) failed ({', '.join(failed)}): the entries of their "
+                "nodes are left as they were and age; they go stale after staleAfter"
+            )
+            if not infos:
+                rules_message = f"{series.RULE_CONFIG_INFO} is absent at every source that answered"
+            self._set(
+                SYNCED,
+                "False",
+                "SourcePartiallyUnavailable",
+                _join(partial, rules_message, note),
+                at,
+            )
+            result.changed = len(changed)
+            if changed:
+                self._summary = None
+            return self._finish(result, at)
+        self._set(SOURCE_REACHABLE, "True", "QuerySucceeded", "", at)
         if not infos:
             self._set(
                 SYNCED,
@@ -190,16 +234,7 @@ class Tracker:
                 at,
             )
         else:
-            own = builder.config.config_hash()
-            hashes = sorted({i.hash for i in infos})
-            result.rule_hash_mismatch = hashes != [own]
-            message = ""
-            if result.rule_hash_mismatch:
-                message = (
-                    f"the source evaluates DetectionRuleConfig hash {','.join(hashes)}; this "
-                    f"reporter uses {own} for staleAfter and the hard-constraint limits"
-                )
-            self._set(SYNCED, "True", "UpToDate", _join(message, note), at)
+            self._set(SYNCED, "True", "UpToDate", _join(rules_message, note), at)
         result.changed = len(changed)
         if changed:
             self._summary = None
@@ -228,13 +263,7 @@ class Tracker:
         """A source error: only the conditions change."""
         self._at = at
         self._changed = set()
-        reason = {
-            "source_unreachable": "Unreachable",
-            "source_timeout": "Timeout",
-            "source_error": "QueryFailed",
-            "source_bad_answer": "InvalidAnswer",
-            "source_too_large": "AnswerTooLarge",
-        }.get(error.kind, "Failed")
+        reason = _REASONS.get(error.kind, "Failed")
         self._set(SOURCE_REACHABLE, "False", reason, error.message, at)
         self._set(
             SYNCED,
@@ -346,6 +375,19 @@ class Tracker:
             if builder.build(list(normalized), entry.sample_time, live=entry.live) == entry:
                 lo, hi = builder.bounds(normalized)
                 self._basis[node] = _Basis(lo, hi, sampled)
+
+
+_REASONS: Final = {
+    "source_unreachable": "Unreachable",
+    "source_timeout": "Timeout",
+    "source_error": "QueryFailed",
+    "source_bad_answer": "InvalidAnswer",
+    "source_too_large": "AnswerTooLarge",
+}
+
+
+def _bounded(message: str, limit: int = 1000) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
 
 
 def _join(*messages: str) -> str:

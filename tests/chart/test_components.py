@@ -254,7 +254,7 @@ def test_reporter_accepts_the_chart_arguments() -> None:
     c = container(render(values), "Deployment", "-reporter")
     assert c["command"] == ["mco-reporter"]
     args = reporter_parser().parse_args(c["args"])
-    assert args.prometheus_url == "http://prometheus-operated.monitoring.svc:9090"
+    assert args.prometheus_url == ["http://prometheus-operated.monitoring.svc:9090"]
     assert (args.interval, args.layout, args.compact) == (2.0, "per-node", True)
     assert args.leader_elect is True
     assert args.leader_elect_lease_name == "mco-reporter"

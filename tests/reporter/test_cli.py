@@ -355,3 +355,38 @@ def test_deprecated_tls_flags_still_serve_and_warn(tmp_path: Path) -> None:
     logged = proc.log_tail(100)
     for old in ("--web.tls-cert-file", "--web.tls-key-file"):
         assert logged.count(f"{old} is deprecated") == 1, logged
+
+
+async def test_once_with_one_url_per_shard_merges_and_a_failed_shard_fails_the_run(
+    tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "report.json"
+    async with fake_prometheus() as a, fake_prometheus() as b:
+        a.nodes = {"a1": quiet_values(PLAN)}
+        b.nodes = {"b1": quiet_values(PLAN), "b2": quiet_values(PLAN)}
+        urls = [f"--prometheus-url={a.url}", f"--prometheus-url={b.url}", f"--output={out}"]
+        assert await once(*urls) == 0
+        obj = json.loads(out.read_text())
+        assert set(obj["status"]["nodes"]) == {"a1", "b1", "b2"}
+        assert all(e["live"] for e in obj["status"]["nodes"].values())
+        b.down = True
+        assert await once(*urls) == 1
+    err = capsys.readouterr().err
+    assert "1 of 2 PromQL sources failed (source_error)" in err and b.url in err
+    obj = json.loads(out.read_text())
+    validate_object(obj)
+    nodes = obj["status"]["nodes"]
+    assert set(nodes) == {"a1", "b1", "b2"}  # b's nodes kept, not live: they age
+    assert nodes["a1"]["live"] and not nodes["b1"].get("live") and not nodes["b2"].get("live")
+    conditions = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert conditions["Synced"]["reason"] == "SourcePartiallyUnavailable"
+    assert b.url in conditions["SourceReachable"]["message"]
+
+
+def test_the_same_url_twice_is_refused(capsys) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_settings(
+            ["--prometheus-url=http://p:9090/", "--prometheus-url=http://u@p:9090/", "--output=-"]
+        )
+    assert caught.value.code == 2
+    assert "--prometheus-url given twice: http://p:9090/" in capsys.readouterr().err

@@ -266,6 +266,13 @@ all
 {{- add (mul $h 3600) (mul $m 60) $s -}}
 {{- end -}}
 
+{{/* The URLs the reporter queries (JSON list): one per shard (prometheus.shards), else
+prometheus.url. */}}
+{{- define "mco.prometheusURLs" -}}
+{{- $p := .Values.prometheus -}}
+{{- toJson ($p.shards | default (list $p.url)) -}}
+{{- end -}}
+
 {{/* The reporter's PromQL credentials: flags naming files under /etc/mco/prometheus, and the
 projected volume holding them, from existing Secrets (a ConfigMap for the CA). Secrets never
 reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
@@ -273,8 +280,12 @@ reach the arguments: a `user:pass@` URL is refused, without echoing it. */}}
 {{- $p := .Values.prometheus -}}
 {{- $auth := $p.auth -}}
 {{- $tls := $p.tls -}}
-{{- if regexMatch "^[^/]*//[^/?#]*@" $p.url -}}
-{{- fail "prometheus.url must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." -}}
+{{- range $key, $urls := dict "prometheus.url" (list $p.url) "prometheus.shards" ($p.shards | default list) -}}
+{{- range $urls -}}
+{{- if regexMatch "^[^/]*//[^/?#]*@" . -}}
+{{- fail (printf "%s must not hold credentials (`user:password@host`): they would be written into the reporter's arguments. Put the password in a Secret and set prometheus.auth.basicAuth.username and passwordSecretName, or use prometheus.auth.bearerToken.secretName." $key) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if and $auth.bearerToken.secretName (or $auth.basicAuth.username $auth.basicAuth.passwordSecretName) -}}
 {{- fail "prometheus.auth: set either bearerToken or basicAuth, not both" -}}

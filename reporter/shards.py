@@ -1,0 +1,96 @@
+"""Several PromQL sources at once (one per Prometheus or VictoriaMetrics shard), merged into one
+snapshot per cycle.
+
+Each shard evaluates the rules on its own share of the nodes, so the merge is a union: every
+shard is asked the plan's three queries at the same evaluation time, concurrently, and a node
+that two shards know (while targets move during a resharding) is taken from the answer whose
+sample is the freshest. A shard that fails contributes nothing: its nodes are absent from the
+snapshot, so the tracker lets exactly their entries age (``Tracker.apply``'s ``failed``), while
+the others' nodes stay live. With one source this is ``query.fetch`` and nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from reporter.promql import PromQLClient, SourceError
+from reporter.query import MISSING, Plan, Snapshot, fetch
+from reporter.schema import MAX_CLOCK_SKEW
+
+MAX_COMBINED_MESSAGE = 1000  # characters of the message naming every failed shard
+
+
+@dataclass(slots=True)
+class Gathered:
+    """One cycle's answers from every shard."""
+
+    snapshot: Snapshot | None  # None: no shard answered
+    failed: dict[str, SourceError] = field(default_factory=dict)  # by the shard's safe URL
+    nodes: dict[str, int] = field(default_factory=dict)  # nodes taken from each shard
+
+    def error(self) -> SourceError:
+        """All shards failed: one error naming each (the first one's kind)."""
+        errors = list(self.failed.values())
+        if len(errors) == 1:
+            return errors[0]
+        message = "; ".join(e.message for e in errors)
+        if len(message) > MAX_COMBINED_MESSAGE:
+            message = message[: MAX_COMBINED_MESSAGE - 1] + "…"
+        return SourceError(errors[0].kind, message)
+
+
+async def gather(sources: Sequence[PromQLClient], plan: Plan, at: float) -> Gathered:
+    """Every source's snapshot at ``at``, merged. A SourceError fails only its shard; any
+    other exception (a bug) propagates."""
+    results = await asyncio.gather(
+        *(fetch(source, plan, at) for source in sources), return_exceptions=True
+    )
+    snaps: list[tuple[str, Snapshot]] = []
+    failed: dict[str, SourceError] = {}
+    for source, result in zip(sources, results, strict=True):
+        if isinstance(result, SourceError):
+            failed[source.where] = result
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            snaps.append((source.where, result))
+    if not snaps:
+        return Gathered(None, failed)
+    if len(snaps) == 1:
+        where, snap = snaps[0]
+        return Gathered(snap, failed, {where: len(snap.vectors)})
+    return merge(plan, snaps, failed)
+
+
+def merge(
+    plan: Plan, snaps: Sequence[tuple[str, Snapshot]], failed: dict[str, SourceError]
+) -> Gathered:
+    """The union of the shards' vectors; a node in several takes the freshest usable sample
+    (a sample time that is absent, NaN or dated ahead of the clock never wins)."""
+    t_slot = plan.time_slot
+    at = snaps[0][1].at
+    ahead = at + MAX_CLOCK_SKEW
+
+    def rank(vector: list[float]) -> float:
+        ts = vector[t_slot]
+        return ts if ts != MISSING and ts <= ahead else -math.inf  # NaN fails `<=` too
+
+    vectors: dict[str, list[float]] = {}
+    owner: dict[str, str] = {}
+    rules = []
+    size = 0
+    for where, snap in snaps:
+        rules += snap.rules
+        size += snap.answer_bytes
+        for node, vector in snap.vectors.items():
+            held = vectors.get(node)
+            if held is None or rank(vector) > rank(held):
+                vectors[node] = vector
+                owner[node] = where
+    counts = dict.fromkeys((where for where, _ in snaps), 0)
+    for where in owner.values():
+        counts[where] += 1
+    return Gathered(Snapshot(at, vectors, rules, size), failed, counts)
