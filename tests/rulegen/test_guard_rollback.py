@@ -94,7 +94,7 @@ pytestmark = pytest.mark.slow
 
 
 async def test_guard_counts_the_nodes_a_spec_would_filter_now(prometheus: Prometheus) -> None:
-    settings = guard.GuardSettings(SourceConfig(prometheus.url), max_filtered_share=0.5)
+    settings = guard.GuardSettings(SourceConfig(prometheus.url, timeout=30), max_filtered_share=0.5)
     typo = await guard.check(settings, _with_memory_limit(0.001))  # meant 0.01
     assert not typo.allowed and typo.checked
     assert "would filter 10 of 10 nodes now (100%; the rules in force filter 2)" in typo.message
@@ -103,7 +103,7 @@ async def test_guard_counts_the_nodes_a_spec_would_filter_now(prometheus: Promet
     assert fine.allowed and fine.checked and "2 of 10 nodes" in fine.message
     # A cluster already in trouble can still be tuned: over the share, but no worse than the
     # rules in force, passes; worse does not.
-    strict = guard.GuardSettings(SourceConfig(prometheus.url), max_filtered_share=0.1)
+    strict = guard.GuardSettings(SourceConfig(prometheus.url, timeout=30), max_filtered_share=0.1)
     assert (await guard.check(strict, _with_memory_limit(0.01))).allowed
     assert not (await guard.check(strict, _with_memory_limit(0.001))).allowed
     down = guard.GuardSettings(SourceConfig(f"http://127.0.0.1:{free_port()}", timeout=1))
@@ -123,7 +123,7 @@ async def guarded(
             api = client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
             settings = dataclasses.replace(
                 SETTINGS,
-                guard=guard.GuardSettings(SourceConfig(prometheus.url)),
+                guard=guard.GuardSettings(SourceConfig(prometheus.url, timeout=30)),
                 history_limit=3,
             )
             controller = RuleConfigController(api, settings)
