@@ -316,15 +316,20 @@ class RuleConfigController:
             await self._reject(obj, generation, GUARD_REJECTED, [verdict.message])
             return
         self.metrics.accepted.set(1)
-        note = f"; {verdict.message}" if verdict is not None else ""
-        accepted = _condition(
-            conditions,
-            "Accepted",
-            True,
-            "Valid",
-            f"{self._judge_buckets(config)}{note}",
-            generation,
-        )
+        message = self._judge_buckets(config)
+        if verdict is not None:
+            message += f"; {verdict.message}"
+        else:
+            # Judged again (a resync, a new term) with nothing to guard: keep what the guard
+            # said when this generation was accepted.
+            prior: Mapping[str, Any] = next(
+                (c for c in conditions if c.get("type") == "Accepted"), {}
+            )
+            said = str(prior.get("message", ""))
+            same = prior.get("observedGeneration") == generation and prior.get("status") == "True"
+            if same and said.startswith(message + "; "):
+                message = said
+        accepted = _condition(conditions, "Accepted", True, "Valid", message, generation)
         if force or self._applied != (generation, digest):
             try:
                 await self._apply_rules(config, generation)

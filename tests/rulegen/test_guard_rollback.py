@@ -153,6 +153,9 @@ async def test_a_spec_that_would_empty_the_cluster_is_rejected_until_overridden(
     await cluster.post(DRC_PATH, json=drc(_memory(0.05)))
     await eventually(lambda: status(cluster).get("appliedGeneration") == 1, what="gen 1")
     assert "would filter 0 of 10 nodes" in condition(cluster, "Accepted")["message"]
+    # A resync judges it again with nothing to guard: the guard's word stays.
+    await controller.reconcile(dict(cluster.objects[DRC, None, "default"].raw), force=True)
+    assert "would filter 0 of 10 nodes" in condition(cluster, "Accepted")["message"]
     rules_before = rule(cluster)
 
     await _edit(cluster, _memory(0.001), 2)
