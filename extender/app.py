@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import kube, volcano
+from extender import decisions, kube, volcano
 from extender.body import BodyBudget, BudgetExhausted, quiet_bad_requests, read_body
 from extender.config import ExtenderConfig
 from extender.judge import Judge
@@ -28,6 +28,7 @@ from extender.reports import ReportStore
 from extender.reservation import POD_WATCH, AmountFor, Reservations
 from extender.verdict import Verdict
 from extender.volcano_placements import VolcanoPlacements
+from extender.why_routes import decisions_route, explain_route
 from extender.wire import BadRequest, Body
 from mco.kubeconfig import api_client
 
@@ -41,6 +42,7 @@ JUDGE = web.AppKey("judge", Judge)
 BUDGET = web.AppKey("budget", BodyBudget)
 RESERVATIONS = web.AppKey("reservations", Reservations)
 AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
+DECISIONS = web.AppKey("decisions", decisions.Decisions)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,16 +72,20 @@ def _scheduler_route(
     limit: int,
     budget: BodyBudget,
     metrics: ExtenderMetrics,
+    ring: decisions.Decisions | None = None,
 ) -> Handler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         verdicts: Sequence[Verdict] = ()
+        notes, token = decisions.collect()  # what the route decided, per pod (extender.decisions)
+        now = time.time()
         try:
             body = await read_body(request, limit, budget)
             try:
-                payload, verdicts = answer(body, judge, time.time())
+                payload, verdicts = answer(body, judge, now)
             finally:
+                decisions.stop(token)
                 budget.give(len(body))
                 del body
             response = web.Response(body=payload, content_type=_JSON)
@@ -97,6 +103,8 @@ def _scheduler_route(
             log.exception("request failed", extra={"route": route})
             response = _error(500, "internal error; see the extender's log")
         metrics.observe(route, response.status, time.perf_counter() - started)
+        if notes and ring is not None:  # condensed once the answer is on its way
+            asyncio.get_running_loop().call_soon(ring.record, route, notes, now)
         if len(verdicts) == 1:
             metrics.count_verdict(route, verdicts[0])
         elif verdicts:
@@ -268,9 +276,10 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
         rc.volcano_placements, store, reservations, app[AMOUNT_FOR], metrics
     )
     vc = _volcano_routes(placements)
+    ring = app[DECISIONS] = decisions.Decisions()
 
     def route(name: str, answer: Answer) -> Handler:
-        return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics)
+        return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
 
     app.router.add_post("/volcano/predicate", route("volcano_predicate", vc["predicate"]))
     app.router.add_post("/volcano/prioritize", route("volcano_prioritize", vc["prioritize"]))
@@ -284,4 +293,6 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/v1/nodes", _nodes)
+    app.router.add_post("/v1/explain", explain_route(judge, config.max_body_bytes, budget))
+    app.router.add_get("/v1/decisions", decisions_route(ring))
     return app

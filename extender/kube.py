@@ -13,6 +13,7 @@ from operator import itemgetter
 
 import msgspec
 
+from extender.decisions import note
 from extender.judge import Judge
 from extender.verdict import NodeFacts, PodFacts, Verdict, pod_facts
 from extender.wire import (
@@ -22,6 +23,7 @@ from extender.wire import (
     Node,
     Pod,
     decode_error,
+    pod_key,
     pod_labels,
     runtime_class,
 )
@@ -121,6 +123,7 @@ def filter_nodes(args: FilterArgs, judge: Judge, now: float) -> tuple[FilterResu
         if not verdict.passed:
             failed = out.failed_and_unresolvable_nodes if verdict.unresolvable else out.failed_nodes
             failed[name] = verdict.message
+    note(pod_key(args.pod), pod, names, verdicts)
     return out, verdicts
 
 
@@ -143,5 +146,6 @@ def prioritize(
     else:
         names = args.node_names or []
         verdicts = judge.names(names, pod, now)
+    note(pod_key(args.pod), pod, names, verdicts)
     # map() over C callables: no Python frame per node (5,000 per call is normal).
     return list(map(HostPriority, names, map(_KUBE_SCORE, verdicts))), verdicts

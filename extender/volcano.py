@@ -17,6 +17,7 @@ import re
 import msgspec
 
 from extender.config import VerdictConfig
+from extender.decisions import note
 from extender.judge import Judge
 from extender.verdict import PodFacts, Verdict, pod_facts
 from extender.wire import (
@@ -27,6 +28,7 @@ from extender.wire import (
     Node,
     Pod,
     decode_error,
+    pod_key,
     pod_labels,
     runtime_class,
 )
@@ -311,6 +313,7 @@ def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateR
     facts = (info.node or Node()).facts(info.name)
     pod = _pod(args.task, judge)
     verdict = judge.node(facts, pod, now)
+    note(pod_key(args.task.pod if args.task else None), pod, (facts.name,), (verdict,))
     if verdict.passed:
         return PredicateResult("", 0), verdict
     return PredicateResult(verdict.message, verdict.volcano_code), verdict
@@ -326,6 +329,7 @@ def prioritize(
         verdicts = [judge.node((i.node or Node()).facts(i.name), pod, now) for i in infos]
     else:
         verdicts = judge.names(names, pod, now)
+    note(pod_key(args.task.pod if args.task else None), pod, names, verdicts)
     weight = judge.config.volcano_weight
     scores = {name: v.score * weight for name, v in zip(names, verdicts, strict=True)}
     return PrioritizeResult(scores), verdicts

@@ -48,6 +48,8 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
 
 class PodMeta(msgspec.Struct, gc=False):
     labels: dict[str, str] | None = None  # they pick the pod's workload-class policy
+    name: str = ""  # name and namespace key the decisions ring (extender.decisions)
+    namespace: str = ""
 
 
 class Pod(msgspec.Struct, gc=False):
@@ -75,6 +77,14 @@ def runtime_class(pod: Pod | None) -> str | None:
     if name is not None and len(name) > MAX_NAME:
         raise BadRequest(f"runtimeClassName longer than {MAX_NAME} characters")
     return name
+
+
+def pod_key(pod: Pod | None) -> str:
+    """``namespace/name`` of the pod ("" when the request did not name it)."""
+    meta = pod.metadata if pod is not None else None
+    if meta is None or not meta.name:
+        return ""
+    return f"{meta.namespace or 'default'}/{meta.name}"
 
 
 def pod_labels(pod: Pod | None) -> dict[str, str] | None:

@@ -55,6 +55,13 @@ _HELP: Final[dict[str, str]] = {
     "matches its labels.",
     "status.config.policies[].maxLevel": "Nodes whose level plus reservation is above this are "
     "filtered for these pods; absent: no limit.",
+    "status.config.detections": "Each detection's weight and its signals' warn and critical "
+    "in force, by detection label; signals by report key (fallback: judged without PSI).",
+    "status.config.detections[].signals": "Each primary signal's warn and critical, by report key.",
+    "status.config.detections[].fallback": "Signals that judge the detection while PSI is "
+    "unavailable, by report key.",
+    "status.config.hardConstraints": "Each hard constraint's limit in force and the report "
+    "signal it limits, by constraint label.",
     "unschedulable": "Nodes with schedulable=false.",
     "maxLevel": "Highest level among the nodes (absent when none has a level).",
     "minScore": "Lowest score among the nodes (absent when none has a score).",

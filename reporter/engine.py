@@ -26,6 +26,7 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import ReportConfig
 from reporter.shards import gather
 from reporter.sink import Sink, SinkResult
+from reporter.thresholds import constraint_configs, detection_configs
 from reporter.tracker import CycleResult, Tracker
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
@@ -49,6 +50,8 @@ def report_config(cfg: DetectionRuleConfig, generation: int | None) -> ReportCon
         neutral_score=cfg.report.neutral_score,
         policies=list(cfg.policies),
         generation=generation,
+        detections=detection_configs(cfg),
+        hard_constraints=constraint_configs(cfg),
     )
 
 

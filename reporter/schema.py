@@ -93,14 +93,41 @@ class ReportSummary(msgspec.Struct, rename="camel", omit_defaults=True):
     stale: int | None = None  # nodes a reader judged stale at the last write (cluster only)
 
 
+class ThresholdConfig(msgspec.Struct, rename="camel"):
+    """A signal's thresholds in force (``warn > critical``: lower is worse)."""
+
+    warn: float
+    critical: float
+
+
+class DetectionConfig(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A detection's weight and its signals' thresholds in force, signals by report key."""
+
+    weight: float
+    signals: dict[str, ThresholdConfig] = msgspec.field(default_factory=dict)
+    fallback: dict[str, ThresholdConfig] = msgspec.field(default_factory=dict)  # without PSI
+
+
+class ConstraintConfig(msgspec.Struct, rename="camel"):
+    """A hard constraint's limit in force and the report signal it limits."""
+
+    signal: str
+    limit: float
+
+
 class ReportConfig(msgspec.Struct, rename="camel", omit_defaults=True):
     """What readers of the report follow from the accepted DetectionRuleConfig (the reporter
-    copies it; a rejected config never gets here): its ``report`` settings and ``policies``."""
+    copies it; a rejected config never gets here): its ``report`` settings and ``policies``,
+    and the thresholds in force that explanations quote (``detections`` keyed by detection
+    label and ``hardConstraints`` by constraint label, as in ``status.nodes``; None from an
+    older reporter)."""
 
     stale_after: str  # a DetectionRuleConfig duration, e.g. 30s
     neutral_score: Annotated[float, msgspec.Meta(ge=0, le=100)]
     policies: list[Policy] = msgspec.field(default_factory=list)
     generation: int | None = None  # None: the config came from a file or the defaults
+    detections: dict[str, DetectionConfig] | None = None
+    hard_constraints: dict[str, ConstraintConfig] | None = None
 
     def stale_after_seconds(self) -> float:
         """``staleAfter`` in seconds; ValueError when it is not a positive duration."""

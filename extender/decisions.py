@@ -1,0 +1,202 @@
+"""The last scheduling decisions per pod, for ``GET /v1/decisions`` and the debug log.
+
+The scheduler routes only *note* what they decided (``note``: the pod, the names asked, the
+verdicts, by reference) into the request's collector, a list in a context variable that the
+route handler sets; after the answer is on its way the handler gives the notes to `Decisions`,
+which condenses each into a small record. So the hot path pays one context-variable lookup
+and one append; a call outside a handler (tests, ``/v1/explain``) notes nothing.
+
+Memory bound: at most ``max_pods`` pods (least recently decided go first), each with at most
+``max_per_pod`` decisions (oldest go first), each listing at most ``max_nodes`` nodes (the
+rejected ones first, then the best scores; the rest are only counted by reason). A node record
+holds a name (at most 253 characters), a short reason and a message (cut to
+``MESSAGE_CHARS``): ~0.7 KiB with its slots, so the defaults (1,024 x 8 x 16) bound the ring
+at ~90 MiB in the worst case of long names and messages, ~15 MiB for typical ones. Volcano
+asks ``predicate`` once per node: successive predicates of one pod within ``MERGE_SECONDS``
+are one decision, its nodes added up to the same bound.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import logging
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Sequence
+from typing import Final, NamedTuple
+
+import msgspec
+
+from extender.verdict import PodFacts, Verdict
+
+log = logging.getLogger("mco.extender.decisions")
+
+MAX_PODS: Final = 1024
+MAX_PER_POD: Final = 8
+MAX_NODES: Final = 16
+MESSAGE_CHARS: Final = 300
+MERGE_SECONDS: Final = 10.0
+
+
+class Note(NamedTuple):
+    """One judge call of a scheduler route, as it happened (references, nothing copied)."""
+
+    pod: str  # namespace/name
+    facts: PodFacts
+    names: Sequence[str]
+    verdicts: Sequence[Verdict]
+
+
+_COLLECTOR: contextvars.ContextVar[list[Note] | None] = contextvars.ContextVar(
+    "mco_decisions", default=None
+)
+
+
+def note(pod: str, facts: PodFacts, names: Sequence[str], verdicts: Sequence[Verdict]) -> None:
+    """Keep what a route decided for ``pod``, when a handler collects (cheap otherwise)."""
+    collected = _COLLECTOR.get()
+    if collected is not None and pod:
+        collected.append(Note(pod, facts, names, verdicts))
+
+
+def collect() -> tuple[list[Note], contextvars.Token[list[Note] | None]]:
+    """Start collecting the notes of this request (its handler's task)."""
+    notes: list[Note] = []
+    return notes, _COLLECTOR.set(notes)
+
+
+def stop(token: contextvars.Token[list[Note] | None]) -> None:
+    _COLLECTOR.reset(token)
+
+
+class NodeDecision(msgspec.Struct, rename="camel"):
+    node: str
+    passed: bool
+    reason: str
+    score: float
+    message: str = ""
+
+
+class Decision(msgspec.Struct, rename="camel"):
+    route: str  # scheduler_filter | scheduler_prioritize | volcano_predicate | volcano_prioritize
+    time: str  # RFC 3339, UTC: when the (first) request was answered
+    policy: str  # the pod's workload-class policy
+    runtime_class: str | None
+    nodes: int  # nodes decided (all of them, not only those listed)
+    passed: int
+    reasons: dict[str, int]  # nodes by verdict reason
+    listed: list[NodeDecision]  # rejected first, then the best scores; at most max_nodes
+    last_time: str = ""  # merged predicates: when the last one was answered
+
+
+class Decisions:
+    """A bounded ring of the last decisions per pod (bounds in the module docstring)."""
+
+    def __init__(
+        self, max_pods: int = MAX_PODS, max_per_pod: int = MAX_PER_POD, max_nodes: int = MAX_NODES
+    ) -> None:
+        self.max_pods = max_pods
+        self.max_per_pod = max_per_pod
+        self.max_nodes = max_nodes
+        self._pods: OrderedDict[str, deque[Decision]] = OrderedDict()
+        self._merge_until: dict[str, float] = {}  # pod -> when its last predicate may merge
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def of(self, pod: str) -> list[Decision]:
+        """The pod's decisions, oldest first (empty when none is kept)."""
+        return list(self._pods.get(pod, ()))
+
+    def record(self, route: str, notes: Sequence[Note], now: float) -> None:
+        for n in notes:
+            self._record(route, n, now)
+
+    def _record(self, route: str, n: Note, now: float) -> None:
+        kept = self._pods.get(n.pod)
+        if kept is None:
+            kept = self._pods[n.pod] = deque(maxlen=self.max_per_pod)
+            while len(self._pods) > self.max_pods:
+                gone, _ = self._pods.popitem(last=False)
+                self._merge_until.pop(gone, None)
+        else:
+            self._pods.move_to_end(n.pod)
+        stamp = _stamp(now)
+        last = kept[-1] if kept else None
+        if (
+            route == "volcano_predicate"
+            and last is not None
+            and last.route == route
+            and last.policy == n.facts.policy.name
+            and now <= self._merge_until.get(n.pod, -1.0)
+        ):
+            self._merge(last, n, stamp)
+        else:
+            kept.append(self._condense(route, n, stamp))
+        if log.isEnabledFor(logging.DEBUG):
+            _log(route, n)
+        if route == "volcano_predicate":
+            self._merge_until[n.pod] = now + MERGE_SECONDS
+        else:
+            self._merge_until.pop(n.pod, None)
+
+    def _condense(self, route: str, n: Note, stamp: str) -> Decision:
+        reasons = Counter(v.reason for v in n.verdicts)
+        passed = sum(1 for v in n.verdicts if v.passed)
+        listed = self._listed(n.names, n.verdicts)
+        return Decision(
+            route=route,
+            time=stamp,
+            policy=n.facts.policy.name,
+            runtime_class=n.facts.runtime_class,
+            nodes=len(n.verdicts),
+            passed=passed,
+            reasons=dict(reasons),
+            listed=listed,
+        )
+
+    def _listed(self, names: Sequence[str], verdicts: Sequence[Verdict]) -> list[NodeDecision]:
+        pairs = list(zip(names, verdicts, strict=False))
+        rejected = [(name, v) for name, v in pairs if not v.passed][: self.max_nodes]
+        room = self.max_nodes - len(rejected)
+        best = heapq.nlargest(room, (p for p in pairs if p[1].passed), key=lambda p: p[1].score)
+        return [_node(name, v) for name, v in (*rejected, *best)]
+
+    def _merge(self, last: Decision, n: Note, stamp: str) -> None:
+        for name, v in zip(n.names, n.verdicts, strict=False):
+            last.nodes += 1
+            last.passed += v.passed
+            last.reasons[v.reason] = last.reasons.get(v.reason, 0) + 1
+            if len(last.listed) < self.max_nodes:
+                last.listed.append(_node(name, v))
+            elif not v.passed:  # a rejection takes the place of the lowest passing node
+                passing = [i for i, d in enumerate(last.listed) if d.passed]
+                if passing:
+                    low = min(passing, key=lambda i: last.listed[i].score)
+                    last.listed[low] = _node(name, v)
+        last.last_time = stamp
+
+
+def _node(name: str, v: Verdict) -> NodeDecision:
+    return NodeDecision(name, v.passed, v.reason, v.score, v.message[:MESSAGE_CHARS])
+
+
+def _stamp(now: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+
+
+def _log(route: str, n: Note) -> None:
+    rejected = {name: v.reason for name, v in zip(n.names, n.verdicts, strict=False)
+                if not v.passed}  # fmt: skip
+    log.debug(
+        "decision",
+        extra={
+            "pod": n.pod,
+            "route": route,
+            "policy": n.facts.policy.name,
+            "nodes": len(n.verdicts),
+            "passed": len(n.verdicts) - len(rejected),
+            "rejected": dict(list(rejected.items())[:MAX_NODES]),
+        },
+    )
