@@ -110,13 +110,16 @@ async def client(serve, tmp_path):
         {
             "calm": node(now, io=0.3, mem=0.25),
             "held": node(  # violated in the report, the value back under its limit
-                now, io=0.1, schedulable=False,
+                now,
+                io=0.1,
+                schedulable=False,
                 violations=[Violation("psi_memory_full", 0.08, 0.05)],
                 signals={"psiMemoryFull": 0.01},
-            ),  # fmt: skip
+            ),
             "old": node(now, age=300),
-            "nopsi": node(now, io=0.5, mem=0.5, fallback=True,
-                          signals={"memoryAvailableRatio": 0.2}),  # fmt: skip
+            "nopsi": node(
+                now, io=0.5, mem=0.5, fallback=True, signals={"memoryAvailableRatio": 0.2}
+            ),
             "kata": node(now, kata=True),
         },
     )

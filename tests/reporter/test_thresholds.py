@@ -55,7 +55,8 @@ def test_the_accepted_thresholds_are_in_status_config():
 
 def test_a_report_without_them_still_reads():
     """An older reporter's status.config: readers fall back to the defaults (extender.explain)."""
-    raw = b'{"metadata":{"name":"cluster"},"status":{"config":{"staleAfter":"30s","neutralScore":50}}}'
+    raw = b'{"metadata":{"name":"cluster"},"status":{"config":{"staleAfter":"30s",'
+    raw += b'"neutralScore":50}}}'
     config = decode_report(raw).status.config
     assert config is not None
     assert (config.detections, config.hard_constraints) == (None, None)
