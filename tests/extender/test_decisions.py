@@ -67,8 +67,8 @@ async def test_each_route_leaves_a_decision_for_the_pod(client, caplog):
     assert [d["score"] for d in listed[1:]] == [90.0, 50.0, 40.0]
     record = next(r for r in caplog.records if r.message == "decision")
     assert record.levelno == logging.DEBUG
-    assert record.pod == KUBE_POD  # type: ignore[attr-defined]
-    assert record.rejected == {"blocked": "hard_constraint"}  # type: ignore[attr-defined]
+    assert record.pod == KUBE_POD
+    assert record.rejected == {"blocked": "hard_constraint"}
     assert await decisions(client, "shop/someone-else") == []
 
 

@@ -98,6 +98,7 @@ async def explain(client, body: Any) -> dict[str, Any]:
 async def one(client, name: str, **pod_fields: Any) -> dict[str, Any]:
     answer = await explain(client, {"pod": pod(**pod_fields), "nodes": [name]})
     [found] = answer["nodes"]
+    assert isinstance(found, dict)
     return found
 
 

@@ -1,0 +1,127 @@
+"""``kubectl-mco`` (run as ``kubectl mco``): ``nodes``, ``why POD``, ``report``.
+
+Exit codes: 0 done; 1 the cluster said no (a pod that is not there, a proxy refused, no
+report); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from kubernetes_asyncio.config import kube_config
+
+from kubectl_mco import api, render
+
+NAMESPACE_DEFAULT = "default"
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="kubectl mco",
+        description="MCO's view of the cluster: node interference, and why a pod went where.",
+    )
+    top.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    top.add_argument("--context", help="kubeconfig context (default: the current one)")
+    where = api.Extender()
+    top.add_argument(
+        "--extender-namespace",
+        default=where.namespace,
+        help="namespace of the extender's Service (default: %(default)s)",
+    )
+    top.add_argument(
+        "--extender-service",
+        default=where.service,
+        help="the extender's Service (default: %(default)s)",
+    )
+    top.add_argument(
+        "--extender-port",
+        default=where.port,
+        help="the Service's port name (default: %(default)s; the chart names it after the scheme)",
+    )
+    top.add_argument(
+        "--extender-scheme",
+        default=where.scheme,
+        choices=("http", "https"),
+        help="how the API server talks to the extender (default: %(default)s)",
+    )
+    top.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    sub = top.add_subparsers(dest="command", required=True)
+    sub.add_parser("nodes", help="every node's level, detections and verdict (GET /v1/nodes)")
+    why = sub.add_parser("why", help="why a pod passes or not, node by node (POST /v1/explain)")
+    why.add_argument("pod")
+    why.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="the pod's namespace (default: the context's, else default)",
+    )
+    why.add_argument(
+        "--node",
+        action="append",
+        default=None,
+        help="explain this node only (repeatable; default: every known node)",
+    )
+    sub.add_parser("report", help="the NodeInterferenceReport's summary")
+    return top  # fmt: skip
+
+
+def _namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context, as kubectl defaults it."""
+    try:
+        loader = kube_config.KubeConfigLoader(
+            config_dict=kube_config.KubeConfigMerger(
+                kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+            ).config,
+            active_context=context,
+        )
+        current: Any = loader.current_context
+        found = current["context"].get("namespace")
+    except Exception:  # no kubeconfig or no such context: connect() says so
+        return NAMESPACE_DEFAULT
+    return str(found) if found else NAMESPACE_DEFAULT
+
+
+async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], list[str]]]:
+    where = api.Extender(
+        args.extender_namespace, args.extender_service, args.extender_port, args.extender_scheme
+    )
+    client = await api.connect(args.kubeconfig, args.context)
+    async with client:
+        if args.command == "nodes":
+            body = await api.extender(client, where, "v1/nodes")
+            return body, lambda b: [*render.nodes_table(b), "", render.NODES_LEGEND]
+        if args.command == "report":
+            found = await api.report(client)
+            return found, render.report_summary
+        namespace = args.namespace or _namespace(args.kubeconfig, args.context)
+        pod = await api.pod(client, namespace, args.pod)
+        request: dict[str, Any] = {"pod": pod}
+        if args.node:
+            request["nodes"] = args.node
+        answer = await api.extender(client, where, "v1/explain", request)
+        key = f"{namespace}/{args.pod}"
+        ring = await api.extender(client, where, "v1/decisions", query={"pod": key})
+        answer["decisions"] = ring.get("decisions", [])
+        return answer, lambda a: render.why_text(a, a["decisions"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        body, table = asyncio.run(_run(args))
+    except api.PluginError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(json.dumps(body, indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(body, sort_keys=False), end="")
+    else:
+        print("\n".join(table(body)))
+    return 0
