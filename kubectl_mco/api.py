@@ -65,7 +65,16 @@ async def _call(api: client.ApiClient, path: str, method: str = "GET", body: Any
         _return_http_data_only=True,
     )
     raw = await response.read()
-    return json.loads(raw)
+    if not 200 <= response.status <= 299:  # unread content raises nothing by itself
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = raw
+        raise error
+    try:
+        return json.loads(raw)
+    except ValueError:
+        error = ApiException(status=response.status, reason="not JSON")
+        error.body = raw[:300]
+        raise error from None
 
 
 def _failed(what: str, exc: ApiException, hint: str = "") -> PluginError:

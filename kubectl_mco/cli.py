@@ -21,39 +21,67 @@ from kubectl_mco import api, render
 NAMESPACE_DEFAULT = "default"
 
 
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command (``kubectl mco -o json nodes`` and
+    ``kubectl mco nodes -o json``); defaults are filled in by `_parser`. A new parser for each
+    user: parents share their actions, and ``set_defaults`` would reach every copy."""
+    where = api.Extender()
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)"
+    )
+    common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    common.add_argument(
+        "--extender-namespace",
+        help=f"namespace of the extender's Service (default: {where.namespace})",
+    )
+    common.add_argument(
+        "--extender-service", help=f"the extender's Service (default: {where.service})"
+    )
+    common.add_argument(
+        "--extender-port",
+        help=f"the Service's port name (default: {where.port}; the chart names "
+        "it after the scheme)",
+    )
+    common.add_argument(
+        "--extender-scheme",
+        choices=("http", "https"),
+        help=f"how the API server talks to the extender (default: {where.scheme})",
+    )
+    common.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        help="human tables (default), or the answers as JSON or YAML",
+    )
+    return common  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
+    where = api.Extender()
     top = argparse.ArgumentParser(
         prog="kubectl mco",
         description="MCO's view of the cluster: node interference, and why a pod went where.",
+        parents=[_common()],
     )
-    top.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    top.add_argument("--context", help="kubeconfig context (default: the current one)")
-    where = api.Extender()
-    top.add_argument(
-        "--extender-namespace",
-        default=where.namespace,
-        help="namespace of the extender's Service (default: %(default)s)",
+    top.set_defaults(
+        kubeconfig=None,
+        context=None,
+        extender_namespace=where.namespace,
+        extender_service=where.service,
+        extender_port=where.port,
+        extender_scheme=where.scheme,
+        output="table",
     )
-    top.add_argument(
-        "--extender-service",
-        default=where.service,
-        help="the extender's Service (default: %(default)s)",
-    )
-    top.add_argument(
-        "--extender-port",
-        default=where.port,
-        help="the Service's port name (default: %(default)s; the chart names it after the scheme)",
-    )
-    top.add_argument(
-        "--extender-scheme",
-        default=where.scheme,
-        choices=("http", "https"),
-        help="how the API server talks to the extender (default: %(default)s)",
-    )
-    top.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     sub = top.add_subparsers(dest="command", required=True)
-    sub.add_parser("nodes", help="every node's level, detections and verdict (GET /v1/nodes)")
-    why = sub.add_parser("why", help="why a pod passes or not, node by node (POST /v1/explain)")
+    sub.add_parser(
+        "nodes",
+        parents=[_common()],
+        help="every node's level, detections and verdict (GET /v1/nodes)",
+    )
+    why = sub.add_parser(
+        "why", parents=[_common()], help="why a pod passes or not, node by node (POST /v1/explain)"
+    )
     why.add_argument("pod")
     why.add_argument(
         "-n",
@@ -67,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="explain this node only (repeatable; default: every known node)",
     )
-    sub.add_parser("report", help="the NodeInterferenceReport's summary")
+    sub.add_parser("report", parents=[_common()], help="the NodeInterferenceReport's summary")
     return top  # fmt: skip
 
 

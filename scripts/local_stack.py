@@ -28,6 +28,7 @@ from typing import Any
 
 import requests
 
+from kubectl_mco.render import NODES_LEGEND, nodes_table
 from mco.flags import duration
 from rulegen.latency import buckets_flag
 from rulegen.model import DetectionRuleConfig, load_config
@@ -39,12 +40,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
 # Every child carries this variable, so a leftover process can be found by it (tests do).
 MARKER_ENV = "MCO_LOCAL_STACK"
-DETECTION_COLUMNS = (
-    ("cache_pollution", "cache"),
-    ("io_congestion", "io"),
-    ("memory_pressure", "memory"),
-    ("cpu_contention", "cpu"),
-)
 
 
 @dataclass
@@ -246,37 +241,15 @@ class LocalStack:
         return None
 
 
-def _index(node: dict[str, Any], detection: str) -> str:
-    state = node["detections"].get(detection)
-    if state is None:
-        return "-"
-    return f"{state['index']:.2f}{'!' if state['triggered'] else ' '}"
-
-
 def render_view(stack: LocalStack, body: dict[str, Any] | None, error: str | None) -> str:
     lines = [f"MCO local stack — {time.strftime('%H:%M:%S')}   (Ctrl-C stops everything)", ""]
-    header = (
-        f"{'node':16} {'level':>6} {'score':>6}  "
-        + " ".join(f"{label:>7}" for _, label in DETECTION_COLUMNS)
-        + f"  {'sched':>5} {'fallback':>8} {'age':>6}"
-    )
-    lines.append(header)
+    table = nodes_table(body or {"nodes": []})  # the same table as `kubectl mco nodes`
+    lines.append(table[0])
     if error is not None:
         lines.append(f"(extender not answering: {error})")
     elif body is not None:
-        for node in body["nodes"]:
-            level = "-" if node["level"] is None else f"{node['level']:.3f}"
-            age = "-" if node["ageSeconds"] is None else f"{node['ageSeconds']:.1f}s"
-            stale = " stale" if node["stale"] else ""
-            lines.append(
-                f"{node['name'][:16]:16} {level:>6} {node['verdict']['volcanoScore']:6.1f}  "
-                + " ".join(f"{_index(node, d):>7}" for d, _ in DETECTION_COLUMNS)
-                + f"  {'yes' if node['schedulable'] else 'NO':>5} "
-                f"{'yes' if node['fallback'] else 'no':>8} {age:>6}{stale}"
-            )
-            if node["reasons"]:
-                lines.append(f"{'':16} reasons: {', '.join(node['reasons'])}")
-    lines += ["", "index per detection, ! = triggered (a signal reached its warn threshold)", ""]
+        lines += table[1:]
+    lines += ["", NODES_LEGEND, ""]
     lines += [f"{name:20} {url}" for name, url in stack.urls().items()]
     return "\n".join(lines)
 

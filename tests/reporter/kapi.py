@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import attrs
 import kmock
+from aiohttp import web
 from kmock._internal import enums, rendering
 from kmock._internal.k8s import KubernetesError
 
@@ -137,3 +140,69 @@ async def versioned_kubernetes() -> AsyncIterator[VersionedKubernetes]:
         )
         k.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True)
         yield k
+
+
+@dataclass
+class ServiceProxy:
+    """The API server's service proxy in front of the stand-in: ``/api/v1/namespaces/<ns>/
+    services/<scheme>:<name>:<port>/proxy/<path>`` goes to the URL registered for that service
+    (path and query kept, as the API server's proxy does), everything else to the emulator.
+    ``denied`` answers 403 for service proxying (a user without RBAC on services/proxy);
+    ``authorizations`` records the Authorization header of each request."""
+
+    url: str
+    services: dict[tuple[str, str], str]
+    denied: bool = False
+    authorizations: list[str] = dataclasses.field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def service_proxy(
+    kapi: VersionedKubernetes, services: dict[tuple[str, str], str]
+) -> AsyncIterator[ServiceProxy]:
+    front = ServiceProxy("", dict(services))
+    upstream = str(kapi.url).rstrip("/")
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        front.authorizations.append(request.headers.get("Authorization", ""))
+        parts = request.path.split("/")
+        body = await request.read()
+        proxied = len(parts) > 7 and parts[1:4] == ["api", "v1", "namespaces"]
+        if proxied and parts[5] == "services" and parts[7] == "proxy":
+            if front.denied:
+                return web.json_response(
+                    {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                     "message": 'services "x" is forbidden: cannot get resource "services/proxy"'},
+                    status=403,
+                )  # fmt: skip
+            target = front.services.get((parts[4], parts[6]))
+            if target is None:
+                return web.json_response(
+                    {"kind": "Status", "reason": "NotFound", "code": 404,
+                     "message": f'services "{parts[6]}" not found'},
+                    status=404,
+                )  # fmt: skip
+            url = target + "/" + "/".join(parts[8:])
+        else:
+            url = upstream + request.path
+        async with aiohttp.ClientSession() as session, session.request(
+            request.method, url, params=request.query, data=body or None,
+            headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
+        ) as answer:  # fmt: skip
+            return web.Response(
+                status=answer.status, body=await answer.read(),
+                content_type=answer.content_type,
+            )  # fmt: skip
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    front.url = f"http://127.0.0.1:{port}"
+    try:
+        yield front
+    finally:
+        await runner.cleanup()
