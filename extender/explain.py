@@ -46,6 +46,7 @@ from reporter.thresholds import constraint_configs, detection_configs
 from rulegen.model import DetectionRuleConfig
 
 MAX_NODES: Final = 1000  # explained per request; a longer list is refused, "all" is cut
+MAX_PLACED: Final = 16  # placements listed per node
 
 _DEFAULT = DetectionRuleConfig.default()
 _DEFAULT_DETECTIONS: Final = detection_configs(_DEFAULT)
@@ -132,10 +133,19 @@ class PathView(msgspec.Struct, rename="camel"):
     taken: str  # the path this verdict took
 
 
+class Placed(msgspec.Struct, rename="camel"):
+    pod: str  # the placement's key (the pod's UID, or namespace/name)
+    amount: float
+    placed_at: str
+    source: str  # volcano_verbs | volcano_tasks | pod_watch
+
+
 class ReservationView(msgspec.Struct, rename="camel"):
-    reserved: float  # level added to this node for pods placed since its data
-    per_pod: float  # what one pod of this policy reserves
+    reserved: float  # level added to this node for pods placed since its data (capped at 1)
+    per_pod: float  # what one pod of this policy would reserve once placed
     tracked: bool  # whether this extender tracks placements at all
+    span_seconds: float | None  # how long after a placement the data can show it
+    pods: list[Placed]  # the placements counted (at most MAX_PLACED, latest first)
 
 
 class KataView(msgspec.Struct, rename="camel"):
@@ -298,15 +308,25 @@ def _taken(verdict: Verdict, config: VerdictConfig) -> str:
     return "scored by level"
 
 
-def _reserved(judge: Judge, name: str, held: float, now: float) -> tuple[float, bool]:
-    """The reservation on the node and whether placements are tracked at all.
-
-    HOOK (issue 12 reservations, helper h12v): this extender tracks no placements yet, so the
-    reservation is 0; once ``Judge.reserved(name, held, now)`` exists it is asked here."""
-    reserved = getattr(judge, "reserved", None)
-    if reserved is None or getattr(judge, "reservations", None) is None:
-        return 0.0, False
-    return float(reserved(name, held, now)), True
+def _reservation(
+    judge: Judge, name: str, held: float, now: float, per_pod: float
+) -> tuple[float, ReservationView]:
+    """The reservation on the node (what ``Judge.node`` added to the verdict's level) and the
+    placements it counts (``extender.reservation``: placed after ``held - span``, not yet
+    forgotten)."""
+    reservations = judge.reservations
+    reserved = judge.reserved(name, held, now)
+    if reservations is None:
+        return reserved, ReservationView(reserved, per_pod, False, None, [])
+    since, oldest = held - reservations.span, now - reservations.keep_for
+    counted = [
+        (key, p)
+        for key, p in reservations.active(now).get(name, {}).items()
+        if p.at > since and p.at >= oldest
+    ]
+    counted.sort(key=lambda kp: kp[1].at, reverse=True)
+    pods = [Placed(key, p.amount, format_time(p.at), p.source) for key, p in counted[:MAX_PLACED]]
+    return reserved, ReservationView(reserved, per_pod, True, reservations.span, pods)
 
 
 def _explanation(
@@ -321,7 +341,7 @@ def _explanation(
     config, store = judge.config, judge.store
     entry = known.entry
     held = store.held_until(known)
-    reserved, tracked = _reserved(judge, name, held, now)
+    reserved, reservation = _reservation(judge, name, held, now, pod.policy.reservation_per_pod)
     detections, terms = _detections(entry, thresholds[0])
     age = now - held
     weight = pod.policy.score_weight
@@ -356,7 +376,7 @@ def _explanation(
             missing_data="fail-closed" if config.fail_closed else "fail-open",
             taken=_taken(verdict, config),
         ),
-        reservation=ReservationView(reserved, pod.policy.reservation_per_pod, tracked),
+        reservation=reservation,
         kata=KataView(
             wanted=pod.wants_kata,
             runtime_class=pod.runtime_class,

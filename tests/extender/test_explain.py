@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from extender.config import DEFAULT_RESERVATION_SPAN
 from extender.explain import MAX_NODES
 from extender.verdict import weighted_score
 from mco.labelselector import LabelSelector
@@ -17,6 +18,7 @@ from mco.policy import Policy
 from reporter.engine import report_config
 from reporter.schema import DetectionState, NodeEntry, Violation
 from rulegen.model import from_spec
+from tests.extender import bodies
 from tests.extender.conftest import cluster_report, file_config, rfc3339, write_reports
 
 JSON = {"Content-Type": "application/json"}
@@ -185,7 +187,10 @@ async def test_a_scored_node_is_explained_field_by_field(client):
     assert why["path"] == {
         "psiFallback": False, "missingData": "fail-open", "taken": "scored by level"
     }  # fmt: skip
-    assert why["reservation"] == {"reserved": 0.0, "perPod": 0.05, "tracked": False}
+    assert why["reservation"] == {
+        "reserved": 0.0, "perPod": 0.05, "tracked": True,
+        "spanSeconds": DEFAULT_RESERVATION_SPAN, "pods": [],
+    }  # fmt: skip
     assert why["kata"] == {
         "wanted": False, "runtimeClass": None, "reportReady": False, "nodeLabel": None,
         "ready": False,
@@ -205,6 +210,33 @@ async def test_the_policy_changes_the_verdict_and_its_arithmetic(client):
     [busy] = answer["nodes"]
     assert (busy["passed"], busy["reason"]) == (False, "max_level")
     assert busy["explanation"]["path"]["taken"] == "policy maxLevel: rejected"
+
+
+def allocate(uid: str, node: str, labels: dict[str, str]) -> bytes:
+    """Volcano's allocate call for a task of a pod with ``labels`` placed on ``node``."""
+    p = bodies.pod(f"w-{uid}", "team-a", node_name=node, labels=labels)
+    p["metadata"]["uid"] = uid
+    return bodies.go_json({"task": bodies.task_info(p, status=2, node_name=node)})
+
+
+async def test_the_reservation_that_applied_is_in_the_level_and_listed(client):
+    for uid in ("u1", "u2"):  # scavenger pods reserve 0.2 each
+        body = allocate(uid, "calm", {"tier": "scavenger"})
+        assert (await client.post("/volcano/allocate", data=body, headers=JSON)).status == 200
+    calm = await one(client, "calm")
+    why = calm["explanation"]
+    reservation = why["reservation"]
+    assert reservation["reserved"] == pytest.approx(0.4)
+    assert reservation["perPod"] == 0.05  # this pod's own policy (default)
+    assert sorted(p["pod"] for p in reservation["pods"]) == ["u1", "u2"]
+    assert {(p["amount"], p["source"]) for p in reservation["pods"]} == {(0.2, "volcano_verbs")}
+    level = why["level"]
+    assert (level["reported"], level["reserved"]) == (pytest.approx(0.25), pytest.approx(0.4))
+    assert level["used"] == pytest.approx(0.65)
+    assert calm["score"] == why["score"]["score"] == weighted_score(0.65, 1.0, 60.0)
+    online = await one(client, "calm", labels={"tier": "online"})  # maxLevel 0.3 < 0.65
+    assert (online["passed"], online["reason"]) == (False, "max_level")
+    assert "reserved" in online["message"]
 
 
 async def test_a_held_hard_constraint_is_told_apart_from_an_exceeded_one(client):
