@@ -78,10 +78,12 @@ def _scheduler_route(
     async def handle(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         verdicts: Sequence[Verdict] = ()
-        notes, token = decisions.collect()  # what the route decided, per pod (extender.decisions)
-        now = time.time()
+        notes: list[decisions.Note] = []  # what the route decided, per pod (extender.decisions)
+        now = 0.0
         try:
             body = await read_body(request, limit, budget)
+            notes, token = decisions.collect()
+            now = time.time()
             try:
                 payload, verdicts = answer(body, judge, now)
             finally:

@@ -45,8 +45,9 @@ def explain_route(judge: Judge, limit: int, budget: BodyBudget) -> Handler:
             return web.Response(body=_encode(answer), content_type=_JSON)
         except BadRequest as exc:
             response = _error(400, str(exc))
-            if request.content.exception() is not None:
+            if request.content.exception() is not None:  # a broken stream: as app._unreadable
                 response.force_close()
+                request.content.set_exception(TimeoutError("the request body stream broke"))
             return response
         except web.HTTPRequestEntityTooLarge as exc:
             return _error(413, exc.text or "request body too large")
