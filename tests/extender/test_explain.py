@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from extender.config import DEFAULT_RESERVATION_SPAN
-from extender.explain import MAX_NODES
+from extender.config import DEFAULT_RESERVATION_SPAN, VerdictConfig
+from extender.explain import MAX_NODES, decode
+from extender.explain import explain as explain_nodes
+from extender.judge import Judge
+from extender.reports import ReportStore
 from extender.verdict import weighted_score
 from mco.labelselector import LabelSelector
 from mco.policy import Policy
@@ -365,3 +368,26 @@ async def test_a_body_over_the_limit_is_refused(serve, tmp_path):
     raw = await client.post("/v1/explain", data=big, headers=JSON)
     assert raw.status == 413
     assert "error" in json.loads(await raw.read())
+
+
+async def test_a_body_that_does_not_decode_is_400_and_the_route_keeps_serving(client):
+    headers = {**JSON, "Content-Encoding": "deflate"}
+    raw = await client.post("/v1/explain", data=b"\x00not deflate at all" * 10, headers=headers)
+    assert raw.status == 400
+    assert (await one(client, "calm"))["passed"] is True
+
+
+def test_all_nodes_are_cut_at_the_bound_and_say_so():
+    now = time.time()
+    store = ReportStore()
+    names = [f"n{i:04d}" for i in range(MAX_NODES + 1)]
+    store.replace_all([cluster_report({n: node(now) for n in names}, heartbeat=now)])
+    judge = Judge(store, VerdictConfig())
+    answer = explain_nodes(decode(b'{"pod": {}}'), judge, now)
+    assert answer.truncated is True
+    assert [n.name for n in answer.nodes] == names[:MAX_NODES]
+    assert answer.config.thresholds_source == "defaults"
+    asked = explain_nodes(
+        decode(b'{"pod": {}, "nodes": ["n1000"]}'), Judge(store, VerdictConfig()), now
+    )
+    assert (asked.truncated, [n.name for n in asked.nodes]) == (False, ["n1000"])
