@@ -109,10 +109,10 @@ def _details(node: dict[str, Any]) -> list[str]:
         for key, s in d["signals"].items():
             if s["value"] is None:
                 continue
-            beyond = "  >= warn" if s["beyondWarn"] else ""
+            beyond = "  beyond warn" if s["beyondWarn"] else ""
             out.append(
                 f"    {key:28} {s['value']:<10.4g} warn {s['warn']:<8g} critical "
-                f"{s['critical']:<8g}{beyond}"
+                f"{s['critical']:g}{beyond}"
             )
     level = why["level"]
     terms = " + ".join(f"{t['weight']:g}·{t['index']:.3f}" for t in level["terms"]) or "-"
@@ -121,6 +121,11 @@ def _details(node: dict[str, Any]) -> list[str]:
         f"; reported {_num(level['reported'], '.3f')}, reserved {level['reserved']:.3g}, "
         f"used {_num(level['used'], '.3f')}"
     )
+    reservation = why["reservation"]
+    if reservation["pods"]:
+        placed = ", ".join(f"{r['pod']} {r['amount']:g}" for r in reservation["pods"])
+        out.append(f"  reservation: {reservation['reserved']:.3g} for pods placed since the "
+                   f"data ({placed})")  # fmt: skip
     score = why["score"]
     out.append(
         f"  score:       {score['score']:.1f} (policy weight {score['policyWeight']:g}, neutral "
@@ -143,9 +148,10 @@ def why_text(answer: dict[str, Any], decisions: list[dict[str, Any]] | None) -> 
     pod = answer["pod"]
     config = answer["config"]
     lines = [
-        f"pod {pod['pod']}: policy {pod['policy']['name']}"
+        f"pod {pod['pod'] or '(unnamed)'}: policy {pod['policy']['name']}"
         + (f", runtimeClassName {pod['runtimeClass']}" if pod["runtimeClass"] else ""),
-        f"config: {config['source']} (generation {config['generation']}), thresholds from "
+        f"config: {config['source']} (generation {_num(config['generation'], 'd')}), "
+        "thresholds from "
         f"{config['thresholdsSource']}, {'fail-closed' if config['failClosed'] else 'fail-open'}",
         "",
         f"{'node':24} {'verdict':6} {'reason':16} {'score':>6}",

@@ -78,7 +78,7 @@ async def cluster(kapi: VersionedKubernetes, tmp_path: Path) -> AsyncIterator[Cl
                 0.2, schedulable=False, violations=[Violation("psi_memory_full", 0.05, 0.0)]
             ),
         },
-        heartbeat=time.time() + 50,  # live entries stay fresh for the test (clock skew 60 s)
+        heartbeat=time.time(),
     )
     for e in report.status.nodes.values():
         e.live = True
@@ -88,7 +88,7 @@ async def cluster(kapi: VersionedKubernetes, tmp_path: Path) -> AsyncIterator[Cl
     url = f"http://127.0.0.1:{port}"
     proc = Managed(
         [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}",
-         f"--report-file={path}"],
+         f"--report-file={path}", "--stale-after=1h"],  # fresh for the whole test
         name="mco-extender", log_path=tmp_path / "extender.log",
     )  # fmt: skip
     kapi.resources[PODS] = kmock.ResourceInfo(kind="Pod", namespaced=True)
@@ -139,10 +139,15 @@ async def test_why_for_a_person_and_for_one_node(cluster):
     assert "node blocked: rejected (hard_constraint)" in out
     assert "psi_memory_full" in out and "VIOLATED" in out
     assert "node quiet" not in out  # only rejected nodes are detailed when all are listed
+    placed = bodies.pod("w-1", "team-a", node_name="quiet")
+    placed["metadata"]["uid"] = "uid-1"
+    allocate = bodies.go_json({"task": bodies.task_info(placed, status=2, node_name="quiet")})
+    await asyncio.to_thread(requests.post, f"{cluster.extender}/volcano/allocate", data=allocate)
     code, out, _ = await plugin(cluster, "why", "web-1", "-n", "shop", "--node", "quiet")
     assert code == 0
     assert "node quiet: passes (ok)" in out
     assert "level:" in out and "score:" in out
+    assert "reservation: 0.05 for pods placed since the data (uid-1 0.05)" in out
     code, out, _ = await plugin(cluster, "why", "web-1", "-n", "shop", "--node", "ghost",
                                 "-o", "yaml")  # fmt: skip
     assert code == 0
