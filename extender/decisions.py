@@ -10,8 +10,9 @@ Memory bound: at most ``max_pods`` pods (least recently decided go first), each 
 ``max_per_pod`` decisions (oldest go first), each listing at most ``max_nodes`` nodes (the
 rejected ones first, then the best scores; the rest are only counted by reason). A node record
 holds a name (at most 253 characters), a short reason and a message (cut to
-``MESSAGE_CHARS``): ~0.7 KiB with its slots, so the defaults (1,024 x 8 x 16) bound the ring
-at ~90 MiB in the worst case of long names and messages, ~15 MiB for typical ones. Volcano
+``MESSAGE_CHARS``), so the defaults (512 x 8 x 16 = 65,536 node records) bound the ring at
+~48 MiB with 253-character names and full messages, ~21 MiB with 20-character names and
+100-character messages (tracemalloc, tests and docs/extender.md). Volcano
 asks ``predicate`` once per node: successive predicates of one pod within ``MERGE_SECONDS``
 are one decision, its nodes added up to the same bound.
 """
@@ -34,7 +35,7 @@ from extender.verdict import PodFacts, Verdict
 
 log = logging.getLogger("mco.extender.decisions")
 
-MAX_PODS: Final = 1024
+MAX_PODS: Final = 512
 MAX_PER_POD: Final = 8
 MAX_NODES: Final = 16
 MESSAGE_CHARS: Final = 300

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -148,3 +149,21 @@ async def test_explain_leaves_no_decision(client):
     raw = await client.post("/v1/explain", data=json.dumps(body), headers=JSON)
     assert raw.status == 200
     assert await decisions(client, "y/x") == []
+
+
+def test_a_full_ring_of_the_longest_names_and_messages_stays_under_its_documented_bound():
+    """docs/extender.md: ~48 MiB at the worst (253-character names, messages cut to 300)."""
+    ring = Decisions()
+    tracemalloc.start()
+    try:
+        for p in range(ring.max_pods + 10):
+            for d in range(ring.max_per_pod + 1):
+                names = [f"{p}-{d}-{i}-".ljust(253, "x") for i in range(ring.max_nodes + 4)]
+                verdicts = _verdicts(len(names), passed=False)  # 1,000-character messages
+                note = Note(f"namespace-{p}/pod-{p}", POD, names, verdicts)
+                ring.record("scheduler_filter", [note], 1000.0 + d * 100)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(ring) == ring.max_pods
+    assert held < 52 * 2**20, held
