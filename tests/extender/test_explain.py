@@ -20,7 +20,7 @@ from mco.labelselector import LabelSelector
 from mco.policy import Policy
 from reporter.engine import report_config
 from reporter.schema import DetectionState, NodeEntry, Violation
-from rulegen.model import from_spec
+from rulegen.model import DetectionRuleConfig, from_spec
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, file_config, rfc3339, write_reports
 
@@ -180,7 +180,8 @@ async def test_a_scored_node_is_explained_field_by_field(client):
         "signal": "psiMemoryFull", "value": 0.0, "limit": 0.05, "exceeded": False,
         "violated": False, "held": False, "enforced": True,
     }  # fmt: skip
-    assert why["hardConstraints"]["psi_io_some"]["limit"] == 0.6  # the default
+    default = DetectionRuleConfig.default().hard_constraints["psiIOSomeMax"]
+    assert why["hardConstraints"]["psi_io_some"]["limit"] == default  # not in SPEC
     assert why["schedulable"] is True
     data = why["data"]
     assert 0.5 < data["ageSeconds"] < 30
@@ -327,8 +328,11 @@ async def test_thresholds_are_the_defaults_until_the_report_carries_them(serve, 
     assert answer["config"]["thresholdsSource"] == "defaults"
     assert answer["config"]["source"] == "flags"
     signal = answer["nodes"][0]["explanation"]["detections"]["io_congestion"]["signals"]
-    assert (signal["psiIOSome"]["warn"], signal["psiIOSome"]["critical"]) == (0.1, 0.4)
-    assert signal["psiIOSome"]["index"] == pytest.approx(2 / 3)
+    default = DetectionRuleConfig.default().threshold("psiIOSome")
+    warn, critical = signal["psiIOSome"]["warn"], signal["psiIOSome"]["critical"]
+    assert (warn, critical) == (default.warn, default.critical)
+    index = min(1.0, max(0.0, (0.3 - warn) / (critical - warn)))
+    assert signal["psiIOSome"]["index"] == pytest.approx(index)
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,10 @@ from reporter.schema import (
     decode_report,
     encode,
 )
-from rulegen.model import from_spec
+from rulegen.model import DetectionRuleConfig, from_spec
 from tests.reporter.conftest import validate_object
 
+DEFAULTS = DetectionRuleConfig.default().hard_constraints  # not in SPEC: the default stands
 SPEC = {
     "detections": {
         "ioCongestion": {"weight": 2.5, "signals": {"psiIOSome": {"warn": 0.2, "critical": 0.7}}},
@@ -43,7 +44,7 @@ def test_the_accepted_thresholds_are_in_status_config():
     assert mem.fallback["memoryAvailableRatio"].warn > mem.fallback["memoryAvailableRatio"].critical
     assert config.detections["cpu_contention"].fallback == {}
     assert config.hard_constraints == {
-        "psi_memory_full": ConstraintConfig("psiMemoryFull", 0.0),
+        "psi_memory_full": ConstraintConfig("psiMemoryFull", DEFAULTS["psiMemoryFullMax"]),
         "psi_io_some": ConstraintConfig("psiIOSome", 0.9),
     }
     report = NodeInterferenceReport(
