@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import statistics
 import sys
@@ -38,6 +39,7 @@ from scripts.stress import StressUnavailableError, io_stress, memory_cgroup, mem
 ROOT = Path(__file__).resolve().parents[1]
 NODE = "local"
 MEMORY = "psi_memory_full"
+MEMORY_VIOLATED = f'{S.HARD_CONSTRAINT_VIOLATED}{{node="{NODE}",constraint="{MEMORY}"}}'
 
 
 def _values(prom: Prometheus, expr: str, start: float, end: float) -> list[float]:
@@ -52,7 +54,7 @@ def _values(prom: Prometheus, expr: str, start: float, end: float) -> list[float
 
 
 def _changes(values: list[float]) -> int:
-    return sum(1 for a, b in zip(values, values[1:], strict=False) if a != b)
+    return sum(1 for a, b in itertools.pairwise(values) if a != b)
 
 
 def flips(prom: Prometheus, start: float, end: float) -> dict[str, dict[str, tuple[int, float]]]:
@@ -92,13 +94,12 @@ def load_average() -> str:
 
 def filtered_after(prom: Prometheus, workdir: Path, timeout: float) -> float | None:
     """Seconds from the onset of memory stress to violated{psi_memory_full} = 1."""
-    violated = f'{S.HARD_CONSTRAINT_VIOLATED}{{node="{NODE}",constraint="{MEMORY}"}}'
     with memory_cgroup(64 * 2**20) as cgroup:
         load = memory_stress(workdir, cgroup)
         start = time.monotonic()
         with running(load):
             while time.monotonic() - start < timeout:
-                if prom.value(violated) == 1:
+                if prom.value(MEMORY_VIOLATED) == 1:
                     return time.monotonic() - start
                 time.sleep(0.2)
     return None
@@ -163,10 +164,7 @@ def main(argv: list[str]) -> int:
                 times: list[float] = []
                 for i in range(runs):
                     wait_until(
-                        lambda: prom.value(
-                            f'{S.HARD_CONSTRAINT_VIOLATED}{{node="{NODE}",constraint="{MEMORY}"}}'
-                        )
-                        == 0,
+                        lambda: prom.value(MEMORY_VIOLATED) == 0,
                         timeout=window + clear + 60,
                         what="psi_memory_full clear before the memory run",
                     )

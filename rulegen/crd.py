@@ -3,8 +3,9 @@
 Structural schema with a ``default`` on every field (and ``default: {}`` on every object, so an
 empty ``spec`` is filled completely), plus ``x-kubernetes-validations`` (CEL) for what a
 schema cannot say: threshold order by direction, weights not all zero, durations that parse,
-window not shorter than the evaluation interval, holdFor and clearAfter within their bound. ``rulegen.model`` enforces the same rules, so
-a rulegen run outside a cluster rejects what the API server would.
+window not shorter than the evaluation interval, holdFor and clearAfter within their bound.
+``rulegen.model`` enforces the same rules, so a rulegen run outside a cluster rejects what the
+API server would.
 """
 
 from __future__ import annotations

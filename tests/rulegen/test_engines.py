@@ -134,9 +134,7 @@ def recorded_at(prom: Prometheus, at: float) -> dict[Key, float]:
     return out
 
 
-def violated_replayed(
-    prom: Prometheus, at: float, config: DetectionRuleConfig
-) -> dict[Key, float]:
+def violated_replayed(prom: Prometheus, at: float, config: DetectionRuleConfig) -> dict[Key, float]:
     """Violated at ``at`` per the model (reference ``held``), replayed from every exceeded
     sample the rules recorded since Prometheus started: the held series depends on the
     history, not on one window."""

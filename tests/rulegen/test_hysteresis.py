@@ -28,7 +28,7 @@ CONSTRAINT = "psi_io_some"
 
 def _steps(*ones: range | int) -> list[int]:
     """0/1 per second over [0, END]: 1 at the given seconds."""
-    hot = set()
+    hot: set[int] = set()
     for part in ones:
         hot.update([part] if isinstance(part, int) else part)
     return [1 if t in hot else 0 for t in range(END + 1)]
