@@ -191,8 +191,8 @@ def main(argv: list[str]) -> int:
     median = f"{statistics.median(times):.1f} s" if times else "none"
     print(
         f"\nmemory stress (stress-ng --vm in a 64 MiB cgroup) filtered: median {median} of "
-        f"{len(times)}/{runs} runs, {skipped} skipped (target <= window {window} + holdFor {hold} + 5 = {bound} s); "
-        f"holdFor {hold} s, clearAfter {clear} s"
+        f"{len(times)}/{runs} runs, {skipped} skipped (target <= window {window} + holdFor "
+        f"{hold} + 5 = {bound} s); holdFor {hold} s, clearAfter {clear} s"
     )
     return 0 if ok else 1
 
