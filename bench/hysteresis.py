@@ -7,6 +7,8 @@ on the machine, stated in the output), then under `stress-ng --hdd 2` (I/O load)
 phase and constraint it counts the changes, evaluation by evaluation, of:
 
 - ``seed``: the seed's rule for memory (``psi_memory_full > 0``, no hold), for the memory row;
+- ``seed held``: the same held as the rules hold (tests/rulegen/reference.py ``held``, on the
+  seed's values second by second): what the hold alone does at the seed's limit;
 - ``exceeded``: ``node:mco_hard_constraint_exceeded:bool``, the raw comparison (new limits);
 - ``violated``: ``node:mco_hard_constraint_violated:bool``, the held one the extender filters on.
 
@@ -35,6 +37,7 @@ from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, running, wait_until
 from scripts.stress import StressUnavailableError, io_stress, memory_cgroup, memory_stress
+from tests.rulegen.reference import held
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = "local"
@@ -57,7 +60,13 @@ def _changes(values: list[float]) -> int:
     return sum(1 for a, b in itertools.pairwise(values) if a != b)
 
 
-def flips(prom: Prometheus, start: float, end: float) -> dict[str, dict[str, tuple[int, float]]]:
+def _row(values: list[float]) -> tuple[int, float]:
+    return _changes(values), (sum(values) / len(values) if values else 0.0)
+
+
+def flips(
+    prom: Prometheus, start: float, end: float, config: DetectionRuleConfig
+) -> dict[str, dict[str, tuple[int, float]]]:
     """constraint -> column -> (changes, share of seconds at 1) over [start, end]."""
     memory_smoothed = S.CONTEXT_SERIES["psiMemoryFull"]
     out: dict[str, dict[str, tuple[int, float]]] = {}
@@ -71,9 +80,15 @@ def flips(prom: Prometheus, start: float, end: float) -> dict[str, dict[str, tup
             columns = {"seed": f'{memory_smoothed}{{node="{NODE}"}} > bool 0', **columns}
         row = {}
         for column, expr in columns.items():
-            values = _values(prom, expr, start, end)
-            share = sum(values) / len(values) if values else 0.0
-            row[column] = (_changes(values), share)
+            if column == "seed":
+                # A clear period before the phase, so the replay starts from a settled state.
+                hold, clear = config.hysteresis.ranges(config.evaluation_interval)
+                before = _values(prom, expr, start - clear, end)
+                replay = held(list(enumerate(before)), hold, clear)
+                row["seed"] = _row(before[clear:])
+                row["seed held"] = _row([v for _, v in replay][clear:])
+            else:
+                row[column] = _row(_values(prom, expr, start, end))
         out[constraint] = row
     return out
 
@@ -148,7 +163,7 @@ def main(argv: list[str]) -> int:
                 print(f"load average before idle: {load_average()}", flush=True)
                 start = time.time()
                 time.sleep(phase)
-                idle = flips(prom, start, time.time())
+                idle = flips(prom, start, time.time(), config)
                 print_flips(f"idle, load average {load_average()}", phase, idle)
                 try:
                     io = io_stress(work / "io")
@@ -159,7 +174,7 @@ def main(argv: list[str]) -> int:
                     time.sleep(window)
                     start = time.time()
                     time.sleep(phase)
-                    loaded = flips(prom, start, time.time())
+                    loaded = flips(prom, start, time.time(), config)
                 print_flips(f"stress-ng --hdd 2, load average {load_average()}", phase, loaded)
                 times: list[float] = []
                 skipped = 0
