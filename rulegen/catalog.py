@@ -364,7 +364,7 @@ HARD_CONSTRAINTS: Final[tuple[HardConstraint, ...]] = (
         key="psiMemoryFullMax",
         label="psi_memory_full",
         recorded="psiMemoryFull",
-        default=0.01,
+        default=0.005,
         title="PSI memory full",
         help="Max share of time all tasks may stall on memory (PSI memory full); "
         "0: any full stall in the window counts.",

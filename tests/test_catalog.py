@@ -510,4 +510,4 @@ def test_the_node_dashboard_has_a_panel_per_context_row_with_its_limits() -> Non
             f'{row.series}{{node="$node"}}'
         ]
     memory_full = shipped["PSI memory full (hard constraint)"]
-    assert _steps(memory_full) == [(None, "green"), (0.01, "dark-red")]
+    assert _steps(memory_full) == [(None, "green"), (0.005, "dark-red")]
