@@ -29,8 +29,8 @@ def test_defaults_follow_the_design():
     assert (c.window, c.evaluation_interval) == (10, 1)
     assert (c.report.stale_after, c.report.neutral_score) == (30, 50.0)
     # Above the busy host's 0.26-0.47 %, below the memory stress's 1.0-1.5 % on a loaded
-    # machine (docs/detection-model.md, "Default thresholds and why"); stricter than the soft warn on PSI some
-    # (1 %): full is all tasks stalled at once.
+    # machine (docs/detection-model.md, "Default thresholds and why"); stricter than the soft
+    # warn on PSI some (1 %): full is all tasks stalled at once.
     assert c.hard_constraints["psiMemoryFullMax"] == 0.005
     assert (c.hysteresis.hold_for, c.hysteresis.clear_after) == (5, 30)
     assert c.hysteresis.hold_for < c.hysteresis.clear_after
