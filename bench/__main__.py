@@ -19,6 +19,7 @@ BENCHMARKS = {
     "irq_detection": "bench.irq_detection",
     "cgroup_pods": "bench.cgroup_pods",
     "shards": "bench.shards",
+    "hysteresis": "bench.hysteresis",
 }
 
 

@@ -364,10 +364,10 @@ HARD_CONSTRAINTS: Final[tuple[HardConstraint, ...]] = (
         key="psiMemoryFullMax",
         label="psi_memory_full",
         recorded="psiMemoryFull",
-        default=0.0,
+        default=0.005,
         title="PSI memory full",
         help="Max share of time all tasks may stall on memory (PSI memory full); "
-        "0: any full stall in the window violates.",
+        "0: any full stall in the window counts.",
     ),
     HardConstraint(
         key="psiIOSomeMax",

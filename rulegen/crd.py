@@ -3,8 +3,9 @@
 Structural schema with a ``default`` on every field (and ``default: {}`` on every object, so an
 empty ``spec`` is filled completely), plus ``x-kubernetes-validations`` (CEL) for what a
 schema cannot say: threshold order by direction, weights not all zero, durations that parse,
-window not shorter than the evaluation interval. ``rulegen.model`` enforces the same rules, so
-a rulegen run outside a cluster rejects what the API server would.
+window not shorter than the evaluation interval, holdFor and clearAfter within their bound.
+``rulegen.model`` enforces the same rules, so a rulegen run outside a cluster rejects what the
+API server would.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ _FIELD_HELP: Final[dict[str, str]] = {
     f"it out of the level, else {limits.MIN_WEIGHT:g} to {limits.MAX_WEIGHT:g}.",
     "signals": "Thresholds of the detection's signals.",
     "fallback": "Signals used instead of PSI on nodes where PSI is not available.",
-    "hardConstraints": "Limits that make a node unschedulable while exceeded.",
+    "hardConstraints": "Limits that make a node unschedulable while exceeded (held for "
+    "holdFor, released clearAfter after the last excess).",
+    "holdFor": "How long a limit must be exceeded, at every evaluation, before the node is "
+    f"filtered, at most {model.MAX_HYSTERESIS} (the rules use at least one evaluationInterval).",
+    "clearAfter": "How long a limit must stay clear before the node is "
+    f"admitted again, at most {model.MAX_HYSTERESIS} (the rules use at least one "
+    "evaluationInterval).",
     "report": "How readers of the recorded series (reporter, extender) treat them.",
     "staleAfter": "Data older than this is stale: the node gets the neutral score.",
     "neutralScore": "Score (0-100) of a node without fresh data.",
@@ -96,6 +103,17 @@ def _duration(default: str, help_text: str) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _hysteresis(default: str, help_text: str) -> dict[str, Any]:
+    schema = _duration(default, help_text)
+    schema["x-kubernetes-validations"].append(
+        {
+            "rule": f"!({_parses('self')}) || duration(self) <= duration('{model.MAX_HYSTERESIS}')",
+            "message": f"must be at most {model.MAX_HYSTERESIS}",
+        }
+    )
+    return schema
 
 
 def _object(properties: dict[str, Any], help_text: str, **extra: Any) -> dict[str, Any]:
@@ -287,6 +305,10 @@ def spec_schema(catalog: Catalog = CATALOG) -> dict[str, Any]:
                         maximum=limits.threshold_maximum(c.maximum),
                     )
                     for c in catalog.constraints
+                }
+                | {
+                    name: _hysteresis(d["hardConstraints"][name], _FIELD_HELP[name])
+                    for name in ("holdFor", "clearAfter")
                 },
                 _FIELD_HELP["hardConstraints"],
             ),

@@ -33,6 +33,13 @@ API_VERSION: Final = "v1alpha1"
 KIND: Final = "DetectionRuleConfig"
 PLURAL: Final = "detectionruleconfigs"
 DEFAULT_NAME: Final = "default"
+# Hard-constraint hysteresis (docs/detection-model.md, "Hysteresis"): a few evaluations of
+# exceeding hold a node; half a minute clear lets it go.
+DEFAULT_HOLD_FOR: Final = "5s"
+DEFAULT_CLEAR_AFTER: Final = "30s"
+# The longest holdFor or clearAfter: each evaluation reads that range of the exceeded series,
+# so an hour at the 1 s evaluation interval is 3,600 samples per node and constraint.
+MAX_HYSTERESIS: Final = "1h"
 
 # PromQL label matchers (``job=~".*mco-exporter.*"``), nothing else: the selector is pasted
 # into alert expressions, so it must not be able to carry any other PromQL.
@@ -74,6 +81,22 @@ class Detection:
 
 
 @dataclass(frozen=True, slots=True)
+class Hysteresis:
+    """How long a hard constraint must be exceeded before it holds, and clear before it lets go.
+
+    docs/detection-model.md ("Hysteresis") says why and how the rules record it.
+    """
+
+    hold_for: int  # seconds
+    clear_after: int  # seconds
+
+    def ranges(self, evaluation_interval: int) -> tuple[int, int]:
+        """The rules' ranges for holdFor and clearAfter: at least one evaluation interval, so
+        each holds a sample of the exceeded series besides the current one."""
+        return max(self.hold_for, evaluation_interval), max(self.clear_after, evaluation_interval)
+
+
+@dataclass(frozen=True, slots=True)
 class ReportSettings:
     stale_after: int  # seconds
     neutral_score: float
@@ -103,7 +126,11 @@ def default_spec(catalog: Catalog = CATALOG) -> dict[str, Any]:
         "window": "10s",
         "evaluationInterval": "1s",
         "detections": detections,
-        "hardConstraints": {c.key: float(c.default) for c in catalog.constraints},
+        "hardConstraints": {
+            **{c.key: float(c.default) for c in catalog.constraints},
+            "holdFor": DEFAULT_HOLD_FOR,
+            "clearAfter": DEFAULT_CLEAR_AFTER,
+        },
         "report": {"staleAfter": "30s", "neutralScore": 50.0},
         "alerts": {
             "exporterSelector": 'job=~".*mco-exporter.*"',
@@ -125,7 +152,14 @@ def _defaults(catalog: Catalog, detection: str, *, fallback: bool = False) -> di
 DEFAULT_SPEC: Final[dict[str, Any]] = default_spec()
 # Leaves that are durations (strings) rather than free strings.
 DURATION_FIELDS: Final = frozenset(
-    {"window", "evaluationInterval", "report.staleAfter", "alerts.nodeInterferedFor"}
+    {
+        "window",
+        "evaluationInterval",
+        "hardConstraints.holdFor",
+        "hardConstraints.clearAfter",
+        "report.staleAfter",
+        "alerts.nodeInterferedFor",
+    }
 )
 
 
@@ -135,6 +169,7 @@ class DetectionRuleConfig:
     evaluation_interval: int  # seconds
     detections: Mapping[str, Detection]  # by config key, in catalog order
     hard_constraints: Mapping[str, float]  # limit by config key, in catalog order
+    hysteresis: Hysteresis  # spec.hardConstraints.holdFor / clearAfter
     report: ReportSettings
     alerts: AlertSettings
     policies: tuple[Policy, ...] = DEFAULT_POLICIES  # spec.policies, first match wins
@@ -168,7 +203,11 @@ class DetectionRuleConfig:
             "window": format_duration(self.window),
             "evaluationInterval": format_duration(self.evaluation_interval),
             "detections": detections,
-            "hardConstraints": dict(self.hard_constraints),
+            "hardConstraints": {
+                **self.hard_constraints,
+                "holdFor": format_duration(self.hysteresis.hold_for),
+                "clearAfter": format_duration(self.hysteresis.clear_after),
+            },
             "report": {
                 "staleAfter": format_duration(self.report.stale_after),
                 "neutralScore": self.report.neutral_score,
@@ -340,6 +379,25 @@ def _threshold(
     return Threshold(warn=warn, critical=critical)
 
 
+def _hysteresis(merged: Mapping[str, Any], problems: list[str]) -> Hysteresis:
+    """holdFor and clearAfter: durations of at most MAX_HYSTERESIS. One shorter than the
+    evaluation interval is not refused (the defaults must hold for any interval): the rules
+    use one interval instead (``Hysteresis.ranges``)."""
+    seconds = {}
+    for name in ("holdFor", "clearAfter"):
+        before = len(problems)
+        value = _duration(merged, f"hardConstraints.{name}", problems)
+        text = merged["hardConstraints"][name]
+        if len(problems) > before:
+            pass  # not a duration: already said
+        elif value > parse_duration(MAX_HYSTERESIS):
+            problems.append(
+                f"spec.hardConstraints.{name}: must be at most {MAX_HYSTERESIS}, got {text}"
+            )
+        seconds[name] = value
+    return Hysteresis(hold_for=seconds["holdFor"], clear_after=seconds["clearAfter"])
+
+
 def _build(
     merged: dict[str, Any], problems: list[str], catalog: Catalog
 ) -> DetectionRuleConfig | None:
@@ -396,6 +454,7 @@ def _build(
             "spec.alerts.nodeInterferedLevel: must be within (0, 1], "
             f"got {alerts['nodeInterferedLevel']:g}"
         )
+    hysteresis = _hysteresis(merged, problems)
     stale_after = _duration(merged, "report.staleAfter", problems)
     interfered_for = _duration(merged, "alerts.nodeInterferedFor", problems)
     policies = parse_policies(merged["policies"], "spec.policies", problems)
@@ -406,6 +465,7 @@ def _build(
         evaluation_interval=interval,
         detections=detections,
         hard_constraints={c.key: hard[c.key] for c in catalog.constraints},
+        hysteresis=hysteresis,
         report=ReportSettings(stale_after, report["neutralScore"]),
         alerts=AlertSettings(
             alerts["exporterSelector"],

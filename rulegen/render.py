@@ -68,6 +68,7 @@ def _plain_scalar(text: str) -> bool:
 
 def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> dict[str, Any]:
     window = format_duration(config.window)
+    hold_for, clear_after = config.hysteresis.ranges(config.evaluation_interval)
     recorded: list[dict[str, Any]] = []
     for r in catalog.recorded:
         expr = catalog.expr(r, window)
@@ -126,6 +127,8 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
             for c in catalog.constraints
         ],
         "thresholds": _thresholds(config, catalog),
+        "hold_for": format_duration(hold_for),
+        "clear_after": format_duration(clear_after),
         "alerts": config.alerts,
         "runbook": config.alerts.runbook_url,
         "interfered_for": format_duration(config.alerts.node_interfered_for),

@@ -28,7 +28,11 @@ DETECTION_INDEX: Final = "node:mco_detection_index:ratio"  # {detection}
 DETECTION_TRIGGERED: Final = "node:mco_detection_triggered:bool"  # {detection}
 MEMORY_PRESSURE_FALLBACK: Final = "node:mco_memory_pressure_fallback:bool"
 INTERFERENCE_LEVEL: Final = "node:mco_interference_level:ratio"
-HARD_CONSTRAINT_VIOLATED: Final = "node:mco_hard_constraint_violated:bool"  # {constraint}
+# {constraint}: 1 while the smoothed signal is beyond the limit, this evaluation (raw).
+HARD_CONSTRAINT_EXCEEDED: Final = "node:mco_hard_constraint_exceeded:bool"
+# {constraint}: the held one, what filters a node: 1 once exceeded has held for holdFor, 0 again
+# once exceeded has been 0 for clearAfter (docs/detection-model.md, "Hysteresis").
+HARD_CONSTRAINT_VIOLATED: Final = "node:mco_hard_constraint_violated:bool"
 SCHEDULE_SCORE: Final = "node:mco_schedule_score"
 # Intermediate series, recorded so that the rules after them read each raw series once per
 # evaluation instead of once per rule (see docs/detection-model.md, "Intermediate series").

@@ -387,12 +387,12 @@ def test_the_fallback_reason_names_the_detections_with_a_psi_fallback() -> None:
 # A hard constraint in either direction on the remote share, limit 0.5: the share is 0.25 at 20 s
 # and 0.75 at 55 s (test_rules_compute_the_new_signal_detection_and_constraint's inputs).
 @pytest.mark.parametrize(
-    ("lower_is_worse", "violated_at_20s", "violated_at_55s"),
+    ("lower_is_worse", "violated_at_20s", "violated_at_80s"),
     [(False, 0, 1), (True, 1, 0)],
     ids=["above", "below"],
 )
 def test_a_hard_constraint_is_violated_in_its_direction(
-    tmp_path: Path, lower_is_worse: bool, violated_at_20s: int, violated_at_55s: int
+    tmp_path: Path, lower_is_worse: bool, violated_at_20s: int, violated_at_80s: int
 ) -> None:
     bound = dataclasses.replace(
         REMOTE_MAX, key="memoryRemoteBound", default=0.5, lower_is_worse=lower_is_worse
@@ -406,20 +406,24 @@ def test_a_hard_constraint_is_violated_in_its_direction(
     wording = "beyond its limit" if lower_is_worse else "above its maximum"
     assert f"is {wording}." in rendered
     bandwidth = "mco_memory_bandwidth_bytes_total"
-    violated = f'{series.HARD_CONSTRAINT_VIOLATED}{{constraint="memory_remote",node="n1"}}'
     inputs = [
-        _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x60"),
-        _series("mco_pressure_available", "", "1+0x60"),
-        _series(bandwidth, ',domain="0",scope="total"', "0+80x60"),
-        _series(bandwidth, ',domain="0",scope="local"', "0+60x30 1820+20x29"),
+        _series("mco_node_info", ',nodename="n1",kernel="6.1"', "1+0x90"),
+        _series("mco_pressure_available", "", "1+0x90"),
+        _series(bandwidth, ',domain="0",scope="total"', "0+80x90"),
+        _series(bandwidth, ',domain="0",scope="local"', "0+60x30 1820+20x59"),
     ]
+    # The remote share changes at 30 s; by 80 s both the raw comparison and the held one
+    # (holdFor 5s, clearAfter 30s after the window let go of the old share) follow it.
     expected = [
         {
-            "expr": series.HARD_CONSTRAINT_VIOLATED + "{constraint='memory_remote'}",
+            "expr": name + "{constraint='memory_remote'}",
             "eval_time": at,
-            "exp_samples": [{"labels": violated, "value": value}],
+            "exp_samples": [
+                {"labels": f'{name}{{constraint="memory_remote",node="n1"}}', "value": value}
+            ],
         }
-        for at, value in (("20s", violated_at_20s), ("55s", violated_at_55s))
+        for name in (series.HARD_CONSTRAINT_EXCEEDED, series.HARD_CONSTRAINT_VIOLATED)
+        for at, value in (("20s", violated_at_20s), ("80s", violated_at_80s))
     ]
     _assert_suite_passes(tmp_path, inputs, expected)
 
@@ -506,4 +510,4 @@ def test_the_node_dashboard_has_a_panel_per_context_row_with_its_limits() -> Non
             f'{row.series}{{node="$node"}}'
         ]
     memory_full = shipped["PSI memory full (hard constraint)"]
-    assert _steps(memory_full) == [(None, "green"), (0.0, "dark-red")]
+    assert _steps(memory_full) == [(None, "green"), (0.005, "dark-red")]

@@ -26,6 +26,7 @@ from rulegen.dashboards.panels import (
     warn_critical_steps,
     with_hard_limit,
 )
+from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
 
 UID: Final = "mco-node-detail"
@@ -86,6 +87,9 @@ def _context_panel(row: Context, config: DetectionRuleConfig, catalog: Catalog) 
 
 def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
+    hold_for, clear_after = (
+        format_duration(s) for s in config.hysteresis.ranges(config.evaluation_interval)
+    )
     board = new_dashboard(
         UID,
         "MCO / Node detail",
@@ -175,9 +179,15 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
         ),
         timeseries(
             "Hard constraints violated",
-            [Query(f"{series.HARD_CONSTRAINT_VIOLATED}{{{ONE_NODE}}}", "{{constraint}}")],
-            description="1 while the node breaks a hard constraint; the extender then filters "
-            "it out.",
+            [
+                Query(f"{series.HARD_CONSTRAINT_VIOLATED}{{{ONE_NODE}}}", "{{constraint}}"),
+                Query(
+                    f"{series.HARD_CONSTRAINT_EXCEEDED}{{{ONE_NODE}}}", "{{constraint}} exceeded"
+                ),
+            ],
+            description="Exceeded: 1 while the smoothed signal is beyond the limit. Violated "
+            f"(what the extender filters on): 1 once exceeded has held for {hold_for}, 0 again "
+            f"once it has been 0 for {clear_after}.",
             minimum=0,
             maximum=1,
         ),

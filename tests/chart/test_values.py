@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from exporter.registry import specs
+from rulegen import durations
 from tests.chart.helm import CHART, SCENARIOS, chart, render, scenario_values
 from tests.chart.test_validate import operator_crds, operator_errors
 
@@ -86,11 +87,24 @@ def test_scenarios_satisfy_the_schema(scenario: str) -> None:
         ({"prometheus": {"url": "prometheus:9090"}}, "url"),
         ({"extender": {"prot": 9848}}, "prot"),
         ({"image": {"digest": "latest"}}, "digest"),
+        ({"detectionRuleConfig": {"spec": {"hardConstraints": {"holdFor": "5"}}}}, "holdFor"),
+        ({"detectionRuleConfig": {"spec": {"hardConstraints": {"clearAfter": 30}}}}, "clearAfter"),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=where):
         chart().validate_schema(values)
+
+
+def test_schema_checks_hysteresis_durations_as_the_model_parses_them() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    spec = schema["properties"]["detectionRuleConfig"]["properties"]["spec"]
+    for name in ("holdFor", "clearAfter"):
+        field = spec["properties"]["hardConstraints"]["properties"][name]
+        assert field["pattern"] == durations.PATTERN
+        assert field["maxLength"] == durations.MAX_LENGTH
+    hard = {"holdFor": "10s", "clearAfter": "1m30s", "psiIOSomeMax": 0.5}
+    chart().validate_schema({"detectionRuleConfig": {"spec": {"hardConstraints": hard}}})
 
 
 def test_schema_knows_exactly_the_exporters_collectors() -> None:

@@ -234,7 +234,12 @@ REQUIRED: dict[str, list[Required]] = {
         ),
         _req("Signal indices", GRAPH, series.SIGNAL_INDEX),
         _req("Detections triggered", GRAPH, series.DETECTION_TRIGGERED),
-        _req("Hard constraints violated", GRAPH, series.HARD_CONSTRAINT_VIOLATED),
+        _req(
+            "Hard constraints violated",
+            GRAPH,
+            series.HARD_CONSTRAINT_VIOLATED,
+            series.HARD_CONSTRAINT_EXCEEDED,
+        ),
         _req("Collectors off or failing", NUMBER, "mco_exporter_collector_success"),
     ],
     "mco-pipeline-health": [

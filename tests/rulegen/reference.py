@@ -40,7 +40,7 @@ class NodeResult:
     fallback: float = 0.0
     level: float | None = None
     score: float | None = None
-    hard: dict[str, float] = field(default_factory=dict)
+    hard: dict[str, float] = field(default_factory=dict)  # exceeded, by constraint label
     # Intermediate series: bucket rates per (device, le) summed over operations; the node set.
     bucket_rates: dict[tuple[str, str], float] = field(default_factory=dict)
     in_node_set: bool = False
@@ -281,6 +281,9 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         out[(S.INTERFERENCE_LEVEL, ())] = result.level
         out[(S.SCHEDULE_SCORE, ())] = result.score
     for constraint, value in result.hard.items():
+        out[(S.HARD_CONSTRAINT_EXCEEDED, (("constraint", constraint),))] = value
+        # Held: in a steady state (the same inputs for longer than holdFor and clearAfter, as
+        # in the synthetic fleet) violated equals exceeded; ``held`` replays a history.
         out[(S.HARD_CONSTRAINT_VIOLATED, (("constraint", constraint),))] = value
     for (device, le), value in result.bucket_rates.items():
         out[(S.BLOCK_IO_LATENCY_BUCKET_RATE, (("device", device), ("le", le)))] = value
@@ -298,7 +301,28 @@ RECORDED_NAMES = (
     S.MEMORY_PRESSURE_FALLBACK,
     S.INTERFERENCE_LEVEL,
     S.SCHEDULE_SCORE,
+    S.HARD_CONSTRAINT_EXCEEDED,
     S.HARD_CONSTRAINT_VIOLATED,
     S.BLOCK_IO_LATENCY_BUCKET_RATE,
     S.NODE_SET,
 )
+
+
+def held(
+    exceeded: Sequence[tuple[float, float]], hold_for: float, clear_after: float
+) -> list[tuple[float, float]]:
+    """Violated at each evaluation of ``exceeded`` ((time, 0 or 1), in time order), as
+    docs/detection-model.md ("Hysteresis") defines it with Prometheus 2.x ranges [t - d, t]:
+    1 where exceeded was 1 at every evaluation of the last ``hold_for``; else 1 where it was
+    1 at any evaluation of the last ``clear_after`` and violated was 1 at the latest earlier
+    evaluation within ``clear_after``; else 0."""
+    out: list[tuple[float, float]] = []
+    for t, _ in exceeded:
+        recent = [v for s, v in exceeded if t - hold_for <= s <= t]
+        if all(v == 1 for v in recent):
+            out.append((t, 1.0))
+            continue
+        lately = any(v == 1 for s, v in exceeded if t - clear_after <= s <= t)
+        before = [v for s, v in out if t - clear_after <= s < t]
+        out.append((t, 1.0 if lately and before and before[-1] == 1 else 0.0))
+    return out

@@ -115,6 +115,13 @@ VALID = {
         }
     ),
     "compound durations": obj({"window": "1m30s", "evaluationInterval": "15s"}),
+    "hold and clear at their bound, shorter than the interval": obj(
+        {
+            "window": "1m",
+            "evaluationInterval": "15s",
+            "hardConstraints": {"holdFor": "1s", "clearAfter": "1h"},
+        }
+    ),
     "window equal to interval": obj({"window": "5s", "evaluationInterval": "5s"}),
     "two matchers": obj({"alerts": {"exporterSelector": 'job="mco", namespace=~"mon.*"'}}),
     "every number and duration at its bound": obj(
@@ -344,6 +351,16 @@ INVALID = {
         obj({"report": {"staleAfter": "9000h"}}),
         "staleAfter: must be a duration",
         "spec.report.staleAfter: '9000h' is out of range: at most 8760h",
+    ),
+    "holdFor beyond its bound": (
+        obj({"hardConstraints": {"holdFor": "1h1s"}}),
+        "holdFor: must be at most 1h",
+        "spec.hardConstraints.holdFor: must be at most 1h, got 1h1s",
+    ),
+    "clearAfter that is not a duration": (
+        obj({"hardConstraints": {"clearAfter": "30"}}),
+        "clearAfter: must be a duration",
+        "spec.hardConstraints.clearAfter: '30' is not a duration",
     ),
     "alert level zero": (
         obj({"alerts": {"nodeInterferedLevel": 0}}),

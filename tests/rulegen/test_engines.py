@@ -48,7 +48,14 @@ from scripts.procs import (
     wait_until,
 )
 from tests.rulegen import fleet as F
-from tests.rulegen.reference import RECORDED_NAMES, Obs, evaluate, extrapolated_rate, recorded
+from tests.rulegen.reference import (
+    RECORDED_NAMES,
+    Obs,
+    evaluate,
+    extrapolated_rate,
+    held,
+    recorded,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
@@ -124,6 +131,24 @@ def recorded_at(prom: Prometheus, at: float) -> dict[Key, float]:
         for t, v in r["values"]:
             if abs(float(t) - at) < 1e-6:
                 out[(node, name, tuple(sorted(labels.items())))] = float(v)
+    return out
+
+
+def violated_replayed(prom: Prometheus, at: float, config: DetectionRuleConfig) -> dict[Key, float]:
+    """Violated at ``at`` per the model (reference ``held``), replayed from every exceeded
+    sample the rules recorded since Prometheus started: the held series depends on the
+    history, not on one window."""
+    hold, clear = config.hysteresis.ranges(config.evaluation_interval)
+    out: dict[Key, float] = {}
+    for r in prom.query(f'{S.HARD_CONSTRAINT_EXCEEDED}{{node="local"}}[10m]', at=at):
+        labels = dict(r["metric"])
+        labels.pop("__name__")
+        node = labels.pop("node")
+        # Integer milliseconds: the range edges t - d compare exactly.
+        samples = [(round(float(t) * 1000), float(v)) for t, v in r["values"]]
+        replay = held(samples, hold * 1000, clear * 1000)
+        if replay and replay[-1][0] == round(at * 1000):
+            out[(node, S.HARD_CONSTRAINT_VIOLATED, tuple(sorted(labels.items())))] = replay[-1][1]
     return out
 
 
@@ -226,6 +251,7 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
             ):
                 got = recorded_at(prom, at)
                 want = expected_values(config, {"local": raw_observations(prom, at, config.window)})
+                want.update(violated_replayed(prom, at, config))
                 # 1e-6: on a real, busy host the recorded values have been seen to differ
                 # from the model uniformly by ~1e-8 (every rate() series alike: the evaluation
                 # instant, not the formulas); any wrong formula or window is off by far more.
