@@ -214,3 +214,36 @@ def test_prometheus_down_goes_stale_and_neutral_then_recovers(stack_factory, tmp
         timeout=stack.config.window + 20,
         what="fresh data after Prometheus restarted",
     )
+
+
+def test_real_io_stress_is_filtered_after_the_hold_and_admitted_after_the_clear(
+    stack_factory, tmp_path
+) -> None:
+    """The held hard constraint on real I/O stress (issue 12): with psiIOSomeMax lowered to
+    what `stress-ng --hdd` reaches here, the node is filtered within window + holdFor + 5 s of
+    the onset, and admitted again no sooner than clearAfter after the stress stops."""
+    config = tmp_path / "io-limit.yaml"
+    config.write_text(
+        "apiVersion: mco.io/v1alpha1\nkind: DetectionRuleConfig\nmetadata:\n  name: default\n"
+        "spec:\n  hardConstraints:\n    psiIOSomeMax: 0.05\n    holdFor: 5s\n    clearAfter: 20s\n"
+    )
+    stack: LocalStack = stack_factory(config)
+    stack.start()
+    wait_for(stack, lambda n: n["schedulable"], timeout=60, what="an idle, schedulable start")
+    stack.start_load("io")
+    bound = stack.config.window + 5 + 5
+    filtered_after = wait_for(
+        stack,
+        lambda n: not n["schedulable"],
+        timeout=bound + 10,
+        what="the node filtered under I/O stress",
+    )
+    assert filtered_after <= bound, f"filtered {filtered_after:.1f}s after onset (bound {bound}s)"
+    stack.stop_load()
+    stopped = time.monotonic()
+    admitted_after = wait_for(
+        stack, lambda n: n["schedulable"], timeout=90, what="admitted again after the stress"
+    )
+    # The window keeps the stall in the smoothed value for up to `window` after the stop, then
+    # clearAfter (20 s) must pass with the limit clear: never sooner than clearAfter.
+    assert time.monotonic() - stopped >= 20, admitted_after
