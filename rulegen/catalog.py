@@ -96,6 +96,36 @@ def _psi(resource: str, kind: str) -> str:
     )
 
 
+# A pod "hit its own limit" in the window when its memory usage came within this share of its
+# memory limit, or its I/O rate within this share of its io.max/blkio throttle limit
+# (docs/detection-model.md, "Victims, not self-inflicted stalls").
+SELF_LIMIT_SHARE: Final = 0.9
+_POD: Final = "node, pod_uid, qos"
+
+
+def _victims(resource: str, kind: str) -> str:
+    """The worst stall among the node's pods that hit no limit of their own; 0 where the node
+    has per-pod data but no such pod stalls; absent where it has no per-pod data."""
+    return f"""\
+max by (node) (
+  ${{podPressure}}{{resource="{resource}",kind="{kind}"}}
+  unless on (node, pod_uid)
+  ($podMemorySelfLimited == 1 or $podIOSelfLimited == 1)
+)
+or
+max by (node) ($podPressure) * 0"""
+
+
+def _judged(victims_key: str, resource: str, kind: str) -> str:
+    """The victims' stall where the node has per-pod data, else the node's PSI."""
+    return f"${victims_key}\nor\n{_psi(resource, kind)}"
+
+
+_JUDGED_COMMENT: Final = """\
+The victims' stall where the node has per-pod data, else the node's PSI (which counts a pod
+stalling in its own limit too; node:mco_pod_pressure_fallback:bool says which)."""
+
+
 _BLOCK_IO_LATENCY_HELP: Final = (
     "th percentile block request latency of the node's worst device (eBPF histogram; "
     "the diskstats mean latency where the node has no histogram)."
@@ -186,6 +216,79 @@ max by (node) (histogram_quantile(0.99, $blockIOLatencyBucketRate) >= 0)
 or
 $blockIOLatencyP95Seconds""",
     ),
+    Intermediate(
+        key="podPressure",
+        series="node_pod:mco_pressure_ratio:smoothed",
+        comment="""\
+Per pod (labels pod_uid, qos, resource, kind): seconds stalled per second, at most 1.
+cpu is left out: no limit of a pod's own (CFS quota) is exported to tell throttling apart.""",
+        expr=f"""\
+clamp_max(
+  max by ({_POD}, resource, kind) (
+    rate(mco_pod_pressure_stalled_seconds_total{{resource=~"io|memory"}}[$w])
+  ),
+  1
+)""",
+    ),
+    Intermediate(
+        key="podMemorySelfLimited",
+        series="node_pod:mco_memory_self_limited:bool",
+        comment=f"""\
+Per pod: 1 where it hit its own memory limit in the window (a max, high or oom_kill event,
+or usage within {SELF_LIMIT_SHARE:g} of its limit), else 0.""",
+        expr=f"""\
+group by ({_POD}) (
+    max by ({_POD}) (
+      increase(mco_pod_memory_events_total{{event=~"max|high|oom_kill"}}[$w])
+    ) > 0
+  or
+      max by ({_POD}) (max_over_time(mco_pod_memory_usage_bytes[$w]))
+    >= {SELF_LIMIT_SHARE:g} * max by ({_POD}) (mco_pod_memory_limit_bytes)
+)
+or
+max by ({_POD}) ($podPressure) * 0""",
+    ),
+    Intermediate(
+        key="podIOSelfLimited",
+        series="node_pod:mco_io_self_limited:bool",
+        comment=f"""\
+Per pod: 1 where its bytes or operations per second reached {SELF_LIMIT_SHARE:g} of its own I/O
+limit (io.max, blkio throttle) for an operation in the window, else 0.""",
+        expr=f"""\
+group by ({_POD}) (
+    max by ({_POD}, operation) (rate(mco_pod_io_bytes_total[$w]))
+    >= {SELF_LIMIT_SHARE:g} * max by ({_POD}, operation) (mco_pod_io_limit_bytes_per_second)
+  or
+    max by ({_POD}, operation) (rate(mco_pod_io_operations_total[$w]))
+    >= {SELF_LIMIT_SHARE:g} * max by ({_POD}, operation) (mco_pod_io_limit_operations_per_second)
+)
+or
+max by ({_POD}) ($podPressure) * 0""",
+    ),
+    Intermediate(
+        key="victimMemorySome",
+        series="node:mco_victim_pressure_memory_some:ratio",
+        comment="""\
+Victims: pods that hit neither their memory nor their I/O limit in the window (a pod
+thrashing in its own memory limit stalls on I/O too). The worst one's stall: a ratio like
+the node's PSI, so the same thresholds apply; 0 where no pod is a victim.""",
+        expr=_victims("memory", "some"),
+    ),
+    Intermediate(
+        key="victimMemoryFull",
+        series="node:mco_victim_pressure_memory_full:ratio",
+        expr=_victims("memory", "full"),
+    ),
+    Intermediate(
+        key="victimIOSome",
+        series="node:mco_victim_pressure_io_some:ratio",
+        expr=_victims("io", "some"),
+    ),
+    Intermediate(
+        key="victimIOFull",
+        series="node:mco_victim_pressure_io_full:ratio",
+        expr=_victims("io", "full"),
+    ),
     Context(
         key="psiCPUSome",
         title="PSI cpu some",
@@ -202,21 +305,25 @@ $blockIOLatencyP95Seconds""",
         label="psi_io_some",
         detection="ioCongestion",
         unit="ratio",
-        help="Share of wall time some task was stalled on I/O (PSI io some).",
+        help="Share of wall time some task was stalled on I/O (PSI io some): the worst victim "
+        "pod's (no own limit hit), the node's where it has no per-pod data.",
         maximum=1.0,
         warn=0.1,
         critical=0.4,
-        expr=_psi("io", "some"),
+        comment=_JUDGED_COMMENT,
+        expr=_judged("victimIOSome", "io", "some"),
     ),
     Context(
         key="psiIOFull",
         title="PSI io full",
         series="node:mco_psi_io_full_ratio:smoothed",
         unit="ratio",
-        help="Share of wall time all non-idle tasks were stalled on I/O (PSI io full).",
+        help="Share of wall time all non-idle tasks were stalled on I/O (PSI io full): the worst "
+        "victim pod's, the node's where it has no per-pod data.",
         maximum=1.0,
         scale=0.1,
-        expr=_psi("io", "full"),
+        comment=_JUDGED_COMMENT,
+        expr=_judged("victimIOFull", "io", "full"),
     ),
     Signal(
         key="psiMemorySome",
@@ -224,21 +331,25 @@ $blockIOLatencyP95Seconds""",
         label="psi_memory_some",
         detection="memoryPressure",
         unit="ratio",
-        help="Share of wall time some task was stalled on memory (PSI memory some).",
+        help="Share of wall time some task was stalled on memory (PSI memory some): the worst "
+        "victim pod's, the node's where it has no per-pod data.",
         maximum=1.0,
         warn=0.01,
         critical=0.1,
-        expr=_psi("memory", "some"),
+        comment=_JUDGED_COMMENT,
+        expr=_judged("victimMemorySome", "memory", "some"),
     ),
     Context(
         key="psiMemoryFull",
         title="PSI memory full",
         series="node:mco_psi_memory_full_ratio:smoothed",
         unit="ratio",
-        help="Share of wall time all non-idle tasks were stalled on memory (PSI memory full).",
+        help="Share of wall time all non-idle tasks were stalled on memory (PSI memory full): "
+        "the worst victim pod's, the node's where it has no per-pod data.",
         maximum=1.0,
         scale=0.1,
-        expr=_psi("memory", "full"),
+        comment=_JUDGED_COMMENT,
+        expr=_judged("victimMemoryFull", "memory", "full"),
     ),
     Signal(
         key="memoryAvailableRatio",

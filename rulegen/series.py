@@ -39,6 +39,21 @@ SCHEDULE_SCORE: Final = "node:mco_schedule_score"
 # Per (node, device, le): the eBPF latency buckets' rate over the window, summed over
 # operations; both latency quantiles are computed from it.
 BLOCK_IO_LATENCY_BUCKET_RATE: Final = CATALOG.by_key("blockIOLatencyBucketRate").series
+# Per pod (labels node, pod_uid, qos; see docs/detection-model.md, "Victims, not self-inflicted
+# stalls"): each pod's stall per resource and kind (io, memory), and whether it hit its own
+# memory or I/O limit in the window (1) or not (0).
+POD_PRESSURE: Final = CATALOG.by_key("podPressure").series
+POD_MEMORY_SELF_LIMITED: Final = CATALOG.by_key("podMemorySelfLimited").series
+POD_IO_SELF_LIMITED: Final = CATALOG.by_key("podIOSelfLimited").series
+# Per node: the worst victim's stall (0: per-pod data but no victim stalls); absent where the
+# node has no per-pod data, and then the judged PSI series read the node's PSI instead.
+VICTIM_PRESSURE: Final[dict[str, str]] = {
+    k: CATALOG.by_key(k).series
+    for k in ("victimMemorySome", "victimMemoryFull", "victimIOSome", "victimIOFull")
+}
+# Per node: 1 where the node has no per-pod data, so node PSI (any cgroup's stall, a pod's in
+# its own limit included) stands in for the victims' stall; 0 where the victims' stall is used.
+POD_PRESSURE_FALLBACK: Final = "node:mco_pod_pressure_fallback:bool"
 # Per node, constant 1: the node set (``group by (node)`` of NODE_INFO), which every rule that
 # must give a value on every node reads.
 NODE_SET: Final = "node:mco_node:info"

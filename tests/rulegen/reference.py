@@ -38,6 +38,7 @@ class NodeResult:
     detection_index: dict[str, float] = field(default_factory=dict)
     triggered: dict[str, float] = field(default_factory=dict)
     fallback: float = 0.0
+    pod_fallback: float = 1.0  # no per-pod pressure series: node PSI stands in for the victims
     level: float | None = None
     score: float | None = None
     hard: dict[str, float] = field(default_factory=dict)  # exceeded, by constraint label
@@ -225,6 +226,14 @@ def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
     for key, value in values.items():
         result.signals[S.SIGNAL_SERIES.get(key) or S.CONTEXT_SERIES[key]] = value
     available = [o.last for o in _by(obs, "mco_pressure_available") if o.last is not None]
+    pods = [
+        o
+        for o in _by(obs, "mco_pod_pressure_stalled_seconds_total")
+        if o.labels.get("resource") in ("io", "memory") and o.rate is not None
+    ]
+    if pods:
+        raise NotImplementedError("the engine fleet has no per-pod series (pods.test.yaml has)")
+    result.pod_fallback = 1.0
     result.fallback = 0.0 if available and max(available) != 0 else 1.0
     triggered: dict[str, bool] = {d: False for d in S.DETECTIONS.values()}
     for spec in SIGNALS:
@@ -277,6 +286,8 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
     for detection, value in result.triggered.items():
         out[(S.DETECTION_TRIGGERED, (("detection", detection),))] = value
     out[(S.MEMORY_PRESSURE_FALLBACK, ())] = result.fallback
+    if result.in_node_set:
+        out[(S.POD_PRESSURE_FALLBACK, ())] = result.pod_fallback
     if result.level is not None and result.score is not None:
         out[(S.INTERFERENCE_LEVEL, ())] = result.level
         out[(S.SCHEDULE_SCORE, ())] = result.score
@@ -299,6 +310,7 @@ RECORDED_NAMES = (
     S.DETECTION_INDEX,
     S.DETECTION_TRIGGERED,
     S.MEMORY_PRESSURE_FALLBACK,
+    S.POD_PRESSURE_FALLBACK,
     S.INTERFERENCE_LEVEL,
     S.SCHEDULE_SCORE,
     S.HARD_CONSTRAINT_EXCEEDED,

@@ -266,3 +266,13 @@ def test_level_is_right_with_weights_and_thresholds_at_their_bounds(tmp_path):
         result = promtool("test", "rules", "bounds.test.yaml", cwd=tmp_path)
         assert result.returncode != 0, weight
         assert "interference_level" in result.stdout + result.stderr, weight
+
+
+def test_per_pod_pressure_judges_victims_and_node_psi_stands_in_without_it(tmp_path):
+    """A pod stalling in its own memory or I/O limit alone triggers nothing and filters
+    nothing; a pod stalling without hitting a limit of its own does; a node without per-pod
+    series falls back on node PSI, flagged (pods.test.yaml)."""
+    result = run_suites(
+        tmp_path, render_rules(load_config(TEST_CONFIG), generation=7), "pods.test.yaml"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
