@@ -31,7 +31,19 @@ _HELP: Final[dict[str, str]] = {
     "detection indices. Absent when no detection had data.",
     "score": "Schedule score, 100 x (1 - level).",
     "reasons": "Machine-readable reasons: triggered:<detection>, violated:<constraint>, "
-    "fallback:memory_pressure.",
+    "fallback:memory_pressure, fallback:pod_pressure.",
+    "podFallback": "Memory and I/O judged from node PSI: the node has no per-pod pressure "
+    "series (a pod stalling in its own limit counts there).",
+    "victims": "Up to 3 pods stalling (PSI some at or above the signal's warn) without hitting "
+    "a memory or I/O limit of their own, worst first (absent in --compact reports).",
+    "aggressors": "Up to 3 pods per resource with a victim: memory by usage, io by bytes/s, "
+    "largest first (absent in --compact reports).",
+    "podUid": "The pod's UID.",
+    "resource": "What the pod is ranked by: memory or io.",
+    "value": "Victims: share of time stalled (0-1); aggressors: memory bytes or I/O bytes/s.",
+    "qos": "The pod's QoS class from its cgroup: guaranteed, burstable or besteffort.",
+    "namespace": "From kube_pod_info; absent when kube-state-metrics has no such pod.",
+    "name": "The pod's name, from kube_pod_info (absent like namespace).",
     "detections": "Detection name -> its index (0-1) and whether a signal reached warn.",
     "signals": "Snapshot of the smoothed signals (absent in --compact reports).",
     "violations": "Hard constraints the node breaks, with the value and the limit.",

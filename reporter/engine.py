@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from reporter import culprits
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.metrics import ReporterMetrics
 from reporter.promql import PromQLClient, SourceError
@@ -146,8 +147,9 @@ class Reporter:
                     Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
                 )
         outcome = Outcome(True)
+        ranked = None if self.plan.compact else culprits.query(cfg)
         m.queries.inc(len(self.plan.exprs) * len(self.sources))
-        gathered = await gather(self.sources, self.plan, at)
+        gathered = await gather(self.sources, self.plan, at, ranked)
         self._log_sources(gathered.failed)
         for where, failure in gathered.failed.items():
             m.errors.labels(failure.kind).inc()

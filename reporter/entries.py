@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from reporter.fields import Tolerance
 from reporter.query import MISSING, Kind, Plan
-from reporter.schema import DetectionState, NodeEntry, Violation, parse_time
+from reporter.schema import DetectionState, NodeEntry, PodRef, Violation, parse_time
 from rulegen.catalog import Catalog, Context, Signal
 from rulegen.model import DetectionRuleConfig
 
@@ -26,6 +27,8 @@ from rulegen.model import DetectionRuleConfig
 # missing, not clamped: a level of -5 clamped to 0, or a score of 600 clamped to 100, would read
 # as a quiet node.
 _FINITE: Final = (-sys.float_info.max, sys.float_info.max)
+# Where the node has no per-pod pressure series, node PSI judges memory and I/O.
+POD_FALLBACK_REASON: Final = "fallback:pod_pressure"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +93,18 @@ class EntryBuilder:
             if x != 0.0 and x != 1.0:
                 vector[i] = MISSING
 
-    def build(self, vector: list[float], sample_time: str, *, live: bool) -> NodeEntry:
+    def build(
+        self,
+        vector: list[float],
+        sample_time: str,
+        *,
+        live: bool,
+        victims: Sequence[PodRef] = (),
+        aggressors: Sequence[PodRef] = (),
+    ) -> NodeEntry:
         missing: list[str] = []
         level = score = None
-        fallback = kata = False
+        fallback = kata = pod_fallback = False
         detections: dict[str, DetectionState] = {}
         triggered: dict[str, bool] = {}
         violated: list[str] = []
@@ -111,6 +122,8 @@ class EntryBuilder:
                 score = x
             elif kind is Kind.FALLBACK:
                 fallback = x == 1
+            elif kind is Kind.POD_FALLBACK:
+                pod_fallback = x == 1
             elif kind is Kind.KATA:
                 kata = x == 1
             elif kind is Kind.INDEX:
@@ -138,6 +151,8 @@ class EntryBuilder:
         reasons += [f"violated:{label}" for label in violated]
         if fallback:
             reasons += self._fallback_reasons
+        if pod_fallback:
+            reasons.append(POD_FALLBACK_REASON)
         return NodeEntry(
             sample_time=sample_time,
             schedulable=not violated,
@@ -151,6 +166,9 @@ class EntryBuilder:
             violations=violations,
             missing=missing,
             live=live,
+            pod_fallback=pod_fallback,
+            victims=[] if self.plan.compact else list(victims),
+            aggressors=[] if self.plan.compact else list(aggressors),
         )
 
     def vector_of(self, entry: NodeEntry) -> list[float]:
@@ -180,6 +198,8 @@ class EntryBuilder:
                 x = MISSING if entry.score is None else entry.score
             elif kind is Kind.FALLBACK:
                 x = MISSING if slot.missing in missing else float(entry.fallback)
+            elif kind is Kind.POD_FALLBACK:
+                x = MISSING if slot.missing in missing else float(entry.pod_fallback)
             elif kind is Kind.KATA:
                 x = MISSING if slot.missing in missing else float(entry.kata_ready)
             elif kind is Kind.INDEX:

@@ -25,6 +25,7 @@ class Kind(Enum):
     LEVEL = "level"
     SCORE = "score"
     FALLBACK = "fallback"
+    POD_FALLBACK = "podFallback"
     KATA = "kata"
     INDEX = "index"
     TRIGGERED = "triggered"
@@ -94,6 +95,14 @@ FIELDS: Final[tuple[Field, ...]] = (
         Per.NODE,
         series.MEMORY_PRESSURE_FALLBACK,
         "fallback",
+        Tolerance.EXACT,
+        boolean=True,
+    ),
+    Field(
+        Kind.POD_FALLBACK,
+        Per.NODE,
+        series.POD_PRESSURE_FALLBACK,
+        "podFallback",
         Tolerance.EXACT,
         boolean=True,
     ),

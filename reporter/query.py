@@ -22,12 +22,13 @@ import asyncio
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
-from typing import TYPE_CHECKING, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import msgspec
 
+from reporter import culprits as culprit_lists
 from reporter.fields import FIELDS, Kind, Per, Query, Tolerance
 from reporter.promql import BAD_ANSWER, PromQLClient, SourceError
 from rulegen import series
@@ -219,26 +220,38 @@ class Snapshot:
     vectors: dict[str, list[float]]
     rules: list[RuleInfo]
     answer_bytes: int
+    # Per node with any: its victims and aggressors (none where the query was not run).
+    culprits: dict[str, culprit_lists.Culprits] = field(default_factory=dict)
 
 
-async def fetch(client: PromQLClient, plan: Plan, at: float) -> Snapshot:
-    """Run the plan's three queries at ``at`` and parse the answers. Raises SourceError."""
+async def fetch(
+    client: PromQLClient, plan: Plan, at: float, culprits: str | None = None
+) -> Snapshot:
+    """Run the plan's three queries at ``at`` (and the victims and aggressors query
+    ``culprits``, ``reporter.culprits.query``, when given) and parse the answers. Raises
+    SourceError."""
     strict = plan.names <= _DEFAULT_PLAN.names and plan.label_values <= _DEFAULT_PLAN.label_values
     sample: type[RecordedSample] | type[LooseSample] = RecordedSample if strict else LooseSample
     first = asyncio.ensure_future(client.query(plan.recorded_expr, at, sample, LooseSample))
     second = asyncio.ensure_future(client.query(plan.extra_expr, at, TaggedSample))
     third = asyncio.ensure_future(client.query(plan.info_expr, at, InfoSample))
+    tasks: list[asyncio.Future[Any]] = [first, second, third]
+    if culprits is not None:
+        tasks.append(asyncio.ensure_future(client.query(culprits, at, culprit_lists.Sample)))
     try:
         recorded, a = await first
         extra, b = await second
         info, c = await third
+        ranked, d = await tasks[3] if culprits is not None else ([], 0)
     except BaseException:
-        for task in (first, second, third):
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(first, second, third, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         raise
     samples = cast(list[RecordedSample] | list[LooseSample], recorded)
-    return parse(plan, samples, extra, info, at, a + b + c)
+    snap = parse(plan, samples, extra, info, at, a + b + c + d)
+    snap.culprits = culprit_lists.parse(ranked)
+    return snap
 
 
 def parse(

@@ -55,6 +55,19 @@ class Violation(msgspec.Struct, rename="camel"):
     limit: float
 
 
+class PodRef(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """A pod in a node's victims or aggressors (``reporter.culprits``): what it is ranked by
+    (``resource``, ``value``) and who it is (namespace and name from kube-state-metrics'
+    kube_pod_info; left out where Prometheus has none for the pod)."""
+
+    pod_uid: str
+    resource: str  # memory | io
+    value: float  # victims: share of time stalled; aggressors: bytes (memory) or bytes/s (io)
+    qos: str = ""  # guaranteed | burstable | besteffort
+    namespace: str = ""
+    name: str = ""
+
+
 class NodeEntry(msgspec.Struct, rename="camel", omit_defaults=True):
     """Fields without defaults are always written; the others are left out when empty."""
 
@@ -70,6 +83,10 @@ class NodeEntry(msgspec.Struct, rename="camel", omit_defaults=True):
     violations: list[Violation] = msgspec.field(default_factory=list)
     missing: list[str] = msgspec.field(default_factory=list)  # series absent in this sample
     live: bool = False  # values hold up to the heartbeat (see the module docstring)
+    # Node PSI judged memory and I/O: the node has no per-pod pressure series.
+    pod_fallback: bool = False
+    victims: list[PodRef] = msgspec.field(default_factory=list)  # not in --compact reports
+    aggressors: list[PodRef] = msgspec.field(default_factory=list)  # not in --compact reports
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):

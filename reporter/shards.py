@@ -42,11 +42,14 @@ class Gathered:
         return SourceError(errors[0].kind, message)
 
 
-async def gather(sources: Sequence[PromQLClient], plan: Plan, at: float) -> Gathered:
+async def gather(
+    sources: Sequence[PromQLClient], plan: Plan, at: float, culprits: str | None = None
+) -> Gathered:
     """Every source's snapshot at ``at``, merged. A SourceError fails only its shard; any
-    other exception (a bug) propagates."""
+    other exception (a bug) propagates. ``culprits``: the victims and aggressors query
+    (``query.fetch``), asked of every shard."""
     results = await asyncio.gather(
-        *(fetch(source, plan, at) for source in sources), return_exceptions=True
+        *(fetch(source, plan, at, culprits) for source in sources), return_exceptions=True
     )
     snaps: list[tuple[str, Snapshot]] = []
     failed: dict[str, SourceError] = {}
@@ -93,4 +96,11 @@ def merge(
     counts = dict.fromkeys((where for where, _ in snaps), 0)
     for where in owner.values():
         counts[where] += 1
-    return Gathered(Snapshot(at, vectors, rules, size), failed, counts)
+    # A node's victims and aggressors come from the shard its vector came from.
+    by_where = dict(snaps)
+    culprits = {
+        node: pods
+        for node, where in owner.items()
+        if (pods := by_where[where].culprits.get(node)) is not None
+    }
+    return Gathered(Snapshot(at, vectors, rules, size, culprits), failed, counts)

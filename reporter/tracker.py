@@ -30,6 +30,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from reporter import culprits as culprit_lists
 from reporter.entries import EntryBuilder
 from reporter.promql import SourceError
 from reporter.query import MISSING, Snapshot
@@ -130,6 +131,8 @@ class Tracker:
         seen: set[str] = set()
         unusable: dict[str, str] = {}
         horizon, ahead = at - self.stale_after, at + MAX_CLOCK_SKEW
+        ranked = snap.culprits
+        relative = builder.epsilon.signal
         for node, vector in snap.vectors.items():
             ts = vector[t_slot]
             if not horizon <= ts <= ahead:
@@ -143,18 +146,27 @@ class Tracker:
             live = at - ts <= self.live_within
             entry = entries.get(node)
             basis = basis_of.get(node)
+            pods = ranked.get(node, culprit_lists.NONE)
             if entry is not None and basis is not None and entry.live == live:
                 same = all(map(le, basis.lo, vector)) and all(map(le, vector, basis.hi))
                 if not same:
                     builder.normalize(vector)  # NaN never compares equal: retry once cleaned
                     same = all(map(le, basis.lo, vector)) and all(map(le, vector, basis.hi))
+                if same and not builder.plan.compact:
+                    same = culprit_lists.same(
+                        entry.victims, pods.victims, "victims", relative
+                    ) and culprit_lists.same(
+                        entry.aggressors, pods.aggressors, "aggressors", relative
+                    )
                 # A live entry holds until the heartbeat; one that is not live must also carry
                 # its newest sample time. --refresh-after rewrites old live entries anyway.
                 due = refresh > 0 and live and ts - basis.sampled > refresh
                 if same and (live or ts == basis.sampled) and not due:
                     continue
             builder.normalize(vector)
-            entries[node] = builder.build(vector, self._time(ts), live=live)
+            entries[node] = builder.build(
+                vector, self._time(ts), live=live, victims=pods.victims, aggressors=pods.aggressors
+            )
             lo, hi = builder.bounds(vector)
             basis_of[node] = _Basis(lo, hi, ts)
             changed.add(node)
@@ -365,14 +377,15 @@ class Tracker:
             vector = builder.vector_of(entry)
             normalized = list(vector)
             builder.normalize(normalized)
+            pods = {"victims": entry.victims, "aggressors": entry.aggressors}
             if normalized != vector:
                 # It holds a value this reporter would not write (a hand-edited or corrupted
                 # file): from now on it is written without it, even if the source never answers.
-                entry = builder.build(normalized, entry.sample_time, live=entry.live)
+                entry = builder.build(normalized, entry.sample_time, live=entry.live, **pods)
             self.entries[node] = entry
             # Only an entry this reporter would write from the same values is kept as is; one
             # written under another config (limits) or --compact setting is rebuilt next sync.
-            if builder.build(list(normalized), entry.sample_time, live=entry.live) == entry:
+            if builder.build(list(normalized), entry.sample_time, live=entry.live, **pods) == entry:
                 lo, hi = builder.bounds(normalized)
                 self._basis[node] = _Basis(lo, hi, sampled)
 

@@ -1,0 +1,193 @@
+"""Each node's victims and aggressors: who suffers, and who causes it (docs/reporter.md).
+
+One more instant query per cycle (left out with ``--compact``), built from the rule config's
+window and warn thresholds, answers at most ``TOP`` pods per node and ranking, whatever the number
+of pods: the ranking (``topk by (node)``) and the name resolution (a join with kube-state-metrics'
+``kube_pod_info``) run in the engine. Each ranking is one row of ``RANKINGS``:
+
+* victims: pods whose stall (per-pod PSI some, ``node_pod:mco_pressure_ratio:smoothed``) reaches
+  the warn of the signal it feeds (``psiMemorySome``, ``psiIOSome``) while they hit neither their
+  memory nor their I/O limit in the window (``node_pod:mco_*_self_limited:bool``); worst first,
+  ``TOP`` over both resources;
+* aggressors, per resource, only on a node with a victim of that resource: memory by usage
+  (bytes held), io by bytes read and written per second; largest first, ``TOP`` per resource.
+
+An entry is rewritten for them only when a pod enters or leaves a list, or a value moves beyond
+the signal epsilon (``same``); the order within a list is the value's, ties by UID.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import msgspec
+
+from reporter.schema import PodRef
+from rulegen import series
+from rulegen.durations import format_duration
+from rulegen.model import DetectionRuleConfig
+from rulegen.render import format_number
+
+TOP: Final = 3
+POD_INFO: Final = "kube_pod_info"  # kube-state-metrics: labels uid, namespace, pod
+ROLE_LABEL: Final = "role"
+Role = Literal["victims", "aggressors"]
+_POD: Final = "node, pod_uid, qos"
+_SELF_LIMITED: Final = (
+    f"({series.POD_MEMORY_SELF_LIMITED} == 1 or {series.POD_IO_SELF_LIMITED} == 1)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    role: Role
+    resource: str  # memory | io: the ``resource`` label of the pods it lists
+    # PromQL (string.Template) of the pods' values, labels node, pod_uid, qos (and resource for
+    # victims): $w the window, $victims_<resource> the victims of a resource
+    expr: str
+    scale: float  # a change smaller than epsilon x max(|value|, scale) is no change
+    signal: str = ""  # victims: the signal whose warn a pod's stall must reach
+
+
+def _victims(resource: str) -> str:
+    return (
+        f'({series.POD_PRESSURE}{{resource="{resource}",kind="some"}} >= $warn_{resource})'
+        f" unless on (node, pod_uid) {_SELF_LIMITED}"
+    )
+
+
+RANKINGS: Final[tuple[Ranking, ...]] = (
+    Ranking("victims", "memory", "$victims_memory", 0.01, "psiMemorySome"),
+    Ranking("victims", "io", "$victims_io", 0.1, "psiIOSome"),
+    Ranking(
+        "aggressors",
+        "memory",
+        f"max by ({_POD}) (mco_pod_memory_usage_bytes) and on (node) ($victims_memory)",
+        float(1 << 20),
+    ),
+    Ranking(
+        "aggressors",
+        "io",
+        f"sum by ({_POD}) (max by ({_POD}, operation) (rate(mco_pod_io_bytes_total[$w]))) > 0"
+        " and on (node) ($victims_io)",
+        float(1 << 20),
+    ),
+)
+
+
+def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -> str:
+    """The one query: every ranking's top pods per node, tagged ``role`` and ``resource``, with
+    ``namespace`` and ``pod`` joined from kube_pod_info where it has the pod."""
+    names = {
+        "w": format_duration(config.window),
+        **{
+            f"warn_{r.resource}": format_number(config.threshold(r.signal).warn)
+            for r in rankings
+            if r.signal
+        },
+    }
+    names |= {
+        f"victims_{r.resource}": string.Template(_victims(r.resource)).substitute(names)
+        for r in rankings
+        if r.role == "victims"
+    }
+    parts: list[str] = []
+    victims = [string.Template(r.expr).substitute(names) for r in rankings if r.role == "victims"]
+    if victims:
+        union = "\n  or\n  ".join(f"({v})" for v in victims)
+        tagged = f'label_replace(\n  {union},\n  "{ROLE_LABEL}", "victims", "", ""\n)'
+        parts.append(f"topk by (node) ({TOP}, {tagged})")
+    for r in rankings:
+        if r.role != "aggressors":
+            continue
+        inner = string.Template(r.expr).substitute(names)
+        parts.append(
+            f'topk by (node) ({TOP}, label_replace(label_replace(\n  {inner},\n  "{ROLE_LABEL}", '
+            f'"aggressors", "", ""), "resource", "{r.resource}", "", ""))'
+        )
+    ranked = "(\n" + "\nor\n".join(parts) + "\n)"
+    info = (
+        f'label_replace(max by (uid, namespace, pod) ({POD_INFO}), "pod_uid", "$1", "uid", "(.+)")'
+    )
+    return (
+        f"{ranked}\n* on (pod_uid) group_left (namespace, pod) {info}\n"
+        f"or on (node, pod_uid, {ROLE_LABEL}, resource)\n{ranked}"
+    )
+
+
+class Labels(msgspec.Struct, gc=False):
+    node: str = ""
+    pod_uid: str = ""
+    qos: str = ""
+    role: str = ""
+    resource: str = ""
+    namespace: str = ""
+    pod: str = ""
+
+
+class Point(msgspec.Struct, array_like=True, gc=False):
+    time: float
+    value: float
+
+
+class Sample(msgspec.Struct, gc=False):
+    metric: Labels
+    value: Point
+
+
+@dataclass(frozen=True, slots=True)
+class Culprits:
+    victims: tuple[PodRef, ...] = ()
+    aggressors: tuple[PodRef, ...] = ()
+
+
+NONE: Final = Culprits()
+_RESOURCES: Final = {r.resource: i for i, r in enumerate(RANKINGS) if r.role == "aggressors"}
+
+
+def parse(samples: Sequence[Sample]) -> dict[str, Culprits]:
+    """Per node, its lists in a stable order (value, then UID), bounded as documented. Samples
+    that are not a ranked pod (another engine's answer, NaN) are skipped."""
+    victims: dict[str, list[PodRef]] = {}
+    aggressors: dict[str, list[PodRef]] = {}
+    for s in samples:
+        m, x = s.metric, s.value.value
+        if not m.node or not m.pod_uid or not m.resource or x != x:
+            continue
+        ref = PodRef(m.pod_uid, m.resource, x, m.qos, m.namespace, m.pod)
+        if m.role == "victims":
+            victims.setdefault(m.node, []).append(ref)
+        elif m.role == "aggressors" and m.resource in _RESOURCES:
+            aggressors.setdefault(m.node, []).append(ref)
+    out: dict[str, Culprits] = {}
+    for node in victims.keys() | aggressors.keys():
+        v = sorted(victims.get(node, ()), key=lambda p: (-p.value, p.pod_uid, p.resource))[:TOP]
+        ranked = sorted(
+            aggressors.get(node, ()), key=lambda p: (_RESOURCES[p.resource], -p.value, p.pod_uid)
+        )
+        a: list[PodRef] = []
+        for resource in _RESOURCES:
+            a += [p for p in ranked if p.resource == resource][:TOP]
+        out[node] = Culprits(tuple(v), tuple(a))
+    return out
+
+
+_SCALE: Final = {(r.role, r.resource): r.scale for r in RANKINGS}
+
+
+def same(old: Sequence[PodRef], new: Sequence[PodRef], role: Role, relative: float) -> bool:
+    """The same pods (and resources), each value within the tolerance of the written one."""
+    if len(old) != len(new):
+        return False
+    written = {(p.pod_uid, p.resource): p for p in old}
+    for p in new:
+        o = written.get((p.pod_uid, p.resource))
+        if o is None or (o.namespace, o.name, o.qos) != (p.namespace, p.name, p.qos):
+            return False
+        tol = relative * max(abs(o.value), _SCALE.get((role, p.resource), 1.0))
+        if abs(p.value - o.value) > tol:
+            return False
+    return True
