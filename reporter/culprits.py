@@ -1,9 +1,10 @@
 """Each node's victims and aggressors: who suffers, and who causes it (docs/reporter.md).
 
-One more instant query per cycle (left out with ``--compact``), built from the rule config's
-window and warn thresholds, answers at most ``TOP`` pods per node and ranking, whatever the number
-of pods: the ranking (``topk by (node)``) and the name resolution (a join with kube-state-metrics'
-``kube_pod_info``) run in the engine. Each ranking is one row of ``RANKINGS``:
+A query sent with the reporter's second one (``reporter.query``; left out with ``--compact``,
+so a cycle stays three queries), built from the rule config's window and warn thresholds, answers
+at most ``TOP`` pods per node and ranking, whatever the number of pods: the ranking
+(``topk by (node)``) and the name resolution (a join with kube-state-metrics' ``kube_pod_info``)
+run in the engine. Each ranking is one row of ``RANKINGS``:
 
 * victims: pods whose stall (per-pod PSI some, ``node_pod:mco_pressure_ratio:smoothed``) reaches
   the warn of the signal it feeds (``psiMemorySome``, ``psiIOSome``) while they hit neither their
@@ -21,9 +22,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
-
-import msgspec
+from typing import Final, Literal, Protocol
 
 from reporter.schema import PodRef
 from rulegen import series
@@ -118,24 +117,16 @@ def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -
     )
 
 
-class Labels(msgspec.Struct, gc=False):
-    node: str = ""
-    pod_uid: str = ""
-    qos: str = ""
-    role: str = ""
-    resource: str = ""
-    namespace: str = ""
-    pod: str = ""
+class Pod(Protocol):
+    """The labels of one pod of the answer (``reporter.query.TaggedLabels``)."""
 
-
-class Point(msgspec.Struct, array_like=True, gc=False):
-    time: float
-    value: float
-
-
-class Sample(msgspec.Struct, gc=False):
-    metric: Labels
-    value: Point
+    node: str
+    pod_uid: str
+    qos: str
+    role: str
+    resource: str
+    namespace: str
+    pod: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +139,12 @@ NONE: Final = Culprits()
 _RESOURCES: Final = {r.resource: i for i, r in enumerate(RANKINGS) if r.role == "aggressors"}
 
 
-def parse(samples: Sequence[Sample]) -> dict[str, Culprits]:
+def parse(pods: Sequence[Pod], values: Sequence[float]) -> dict[str, Culprits]:
     """Per node, its lists in a stable order (value, then UID), bounded as documented. Samples
     that are not a ranked pod (another engine's answer, NaN) are skipped."""
     victims: dict[str, list[PodRef]] = {}
     aggressors: dict[str, list[PodRef]] = {}
-    for s in samples:
-        m, x = s.metric, s.value.value
+    for m, x in zip(pods, values, strict=True):
         if not m.node or not m.pod_uid or not m.resource or x != x:
             continue
         ref = PodRef(m.pod_uid, m.resource, x, m.qos, m.namespace, m.pod)

@@ -92,6 +92,7 @@ class Reporter:
         self.refresh_after = refresh_after
         self._config = rules.config
         self._report_config = report_config(rules.config, rules.generation)
+        self._culprits = self._culprits_query(self._config)
         self.tracker = self._new_tracker(self._config)
         self.seeded = False
         self.settled = False
@@ -99,6 +100,10 @@ class Reporter:
         for client in self.sources:
             metrics.source_up.labels(client.where)
             metrics.source_nodes.labels(client.where)
+
+    def _culprits_query(self, cfg: DetectionRuleConfig) -> str | None:
+        """Victims and aggressors: built from the config's window and warns; none if compact."""
+        return None if self.plan.compact else culprits.query(cfg)
 
     def _live_within(self, cfg: DetectionRuleConfig) -> float:
         return self.live_within or max(5.0, 3.0 * cfg.evaluation_interval)
@@ -133,6 +138,7 @@ class Reporter:
             self._report_config = report_config(cfg, self.rules.generation)
         if cfg != self._config:
             self._config = cfg
+            self._culprits = self._culprits_query(cfg)
             self.tracker.with_builder(
                 EntryBuilder(self.plan, cfg, self.epsilon),
                 float(cfg.report.stale_after),
@@ -147,9 +153,8 @@ class Reporter:
                     Outcome(False, f"cannot read the existing report: {exc}"), cpu0, wall0
                 )
         outcome = Outcome(True)
-        ranked = None if self.plan.compact else culprits.query(cfg)
         m.queries.inc(len(self.plan.exprs) * len(self.sources))
-        gathered = await gather(self.sources, self.plan, at, ranked)
+        gathered = await gather(self.sources, self.plan, at, self._culprits)
         self._log_sources(gathered.failed)
         for where, failure in gathered.failed.items():
             m.errors.labels(failure.kind).inc()

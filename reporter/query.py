@@ -13,6 +13,10 @@ Three instant queries per cycle, whatever the number of nodes, all at the same e
    evaluation time, which says nothing about the data's age.
 3. ``mco:rule_config:info``: which DetectionRuleConfig the rules encode.
 
+Unless the report is compact, the second query also carries each node's victims and
+aggressors (``reporter.culprits``), joined with ``or``: their labels (``role``) never clash
+with the tagged series' (``k``).
+
 NaN and ±Inf arrive as such and become absent values (named in the entry's ``missing``).
 """
 
@@ -24,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Final, Literal, cast
 
 import msgspec
 
@@ -188,6 +192,14 @@ class LooseSample(msgspec.Struct, gc=False):
 class TaggedLabels(msgspec.Struct, gc=False):
     k: str = ""
     node: str = ""
+    # A pod of the victims and aggressors query (``reporter.culprits``), sent along with the
+    # tagged series when the report holds them.
+    role: str = ""
+    pod_uid: str = ""
+    qos: str = ""
+    resource: str = ""
+    namespace: str = ""
+    pod: str = ""
 
 
 class TaggedSample(msgspec.Struct, gc=False):
@@ -227,31 +239,26 @@ class Snapshot:
 async def fetch(
     client: PromQLClient, plan: Plan, at: float, culprits: str | None = None
 ) -> Snapshot:
-    """Run the plan's three queries at ``at`` (and the victims and aggressors query
-    ``culprits``, ``reporter.culprits.query``, when given) and parse the answers. Raises
-    SourceError."""
+    """Run the plan's three queries at ``at`` and parse the answers. Raises SourceError.
+    ``culprits`` (``reporter.culprits.query``): the victims and aggressors query, sent with
+    the second one."""
     strict = plan.names <= _DEFAULT_PLAN.names and plan.label_values <= _DEFAULT_PLAN.label_values
     sample: type[RecordedSample] | type[LooseSample] = RecordedSample if strict else LooseSample
     first = asyncio.ensure_future(client.query(plan.recorded_expr, at, sample, LooseSample))
-    second = asyncio.ensure_future(client.query(plan.extra_expr, at, TaggedSample))
+    extra_expr = plan.extra_expr if culprits is None else f"{plan.extra_expr} or ({culprits})"
+    second = asyncio.ensure_future(client.query(extra_expr, at, TaggedSample))
     third = asyncio.ensure_future(client.query(plan.info_expr, at, InfoSample))
-    tasks: list[asyncio.Future[Any]] = [first, second, third]
-    if culprits is not None:
-        tasks.append(asyncio.ensure_future(client.query(culprits, at, culprit_lists.Sample)))
     try:
         recorded, a = await first
         extra, b = await second
         info, c = await third
-        ranked, d = await tasks[3] if culprits is not None else ([], 0)
     except BaseException:
-        for task in tasks:
+        for task in (first, second, third):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(first, second, third, return_exceptions=True)
         raise
     samples = cast(list[RecordedSample] | list[LooseSample], recorded)
-    snap = parse(plan, samples, extra, info, at, a + b + c + d)
-    snap.culprits = culprit_lists.parse(ranked)
-    return snap
+    return parse(plan, samples, extra, info, at, a + b + c)
 
 
 def parse(
@@ -285,7 +292,13 @@ def parse(
             x = s.value.value
             v[i] = x if x == x else MISSING  # NaN
     time_slot, kata_slot = plan.time_slot, plan.kata_slot
+    pods: list[TaggedLabels] = []
+    values: list[float] = []
     for t in extra:
+        if t.metric.role:
+            pods.append(t.metric)
+            values.append(t.value.value)
+            continue
         v = vectors.get(t.metric.node)
         if v is None:
             continue  # no recorded series for this node: nothing to report
@@ -295,7 +308,7 @@ def parse(
         elif t.metric.k == KATA_TAG and x == x:
             v[kata_slot] = x
     rules = [RuleInfo(_int_or_none(i.metric.generation), i.metric.hash) for i in info]
-    return Snapshot(at, vectors, rules, size)
+    return Snapshot(at, vectors, rules, size, culprit_lists.parse(pods, values))
 
 
 def _int_or_none(text: str) -> int | None:

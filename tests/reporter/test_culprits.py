@@ -13,7 +13,7 @@ import yaml
 
 from reporter import culprits
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.query import Kind, Plan
+from reporter.query import Kind, Plan, TaggedSample
 from reporter.schema import PodRef
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig, load_config
@@ -27,7 +27,7 @@ MiB = 1 << 20
 def _suite(config: DetectionRuleConfig) -> dict[str, Any]:
     """pods.test.yaml's nodes (docs in that file) with kube_pod_info for some of the pods, and
     the reporter's query as the one expression to check at 90 s."""
-    suite = yaml.safe_load((SUITES / "pods.test.yaml").read_text())
+    suite: dict[str, Any] = yaml.safe_load((SUITES / "pods.test.yaml").read_text())
     test = suite["tests"][0]
     for uid, namespace, pod in (("vic", "shop", "cart-0"), ("agg", "batch", "etl-1")):
         test["input_series"].append(
@@ -95,7 +95,7 @@ def test_the_query_ranks_victims_and_aggressors_and_names_them_on_a_real_engine(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _sample(node: str, role: str, resource: str, uid: str, value: float) -> culprits.Sample:
+def _sample(node: str, role: str, resource: str, uid: str, value: float) -> TaggedSample:
     return msgspec.convert(
         {
             "metric": {
@@ -107,8 +107,12 @@ def _sample(node: str, role: str, resource: str, uid: str, value: float) -> culp
             },
             "value": [T0, value],
         },
-        culprits.Sample,
+        TaggedSample,
     )
+
+
+def _parse(samples: list[TaggedSample]) -> dict[str, culprits.Culprits]:
+    return culprits.parse([s.metric for s in samples], [s.value.value for s in samples])
 
 
 def test_parse_bounds_and_orders_the_lists_stably() -> None:
@@ -118,14 +122,14 @@ def test_parse_bounds_and_orders_the_lists_stably() -> None:
     samples += [_sample("n", "aggressors", "memory", "m", 7.0)]
     samples += [_sample("n", "aggressors", "cpu", "x", 9.0), _sample("", "victims", "io", "y", 1)]
     samples += [_sample("n", "victims", "io", "nan", float("nan"))]
-    got = culprits.parse(list(reversed(samples)))["n"]
+    got = _parse(list(reversed(samples)))["n"]
     # Worst first; ties by UID, so the same answer in another order gives the same list.
     assert [(p.pod_uid, p.resource) for p in got.victims] == [
         ("q", "io"),
         ("p0", "memory"),
         ("p1", "memory"),
     ]
-    assert got.victims == culprits.parse(samples)["n"].victims
+    assert got.victims == _parse(samples)["n"].victims
     # Per resource (memory, then io), largest first, at most TOP each; unknown ones skipped.
     assert [p.pod_uid for p in got.aggressors] == ["m", "w4", "w3", "w2"]
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from mco.logs import LogfmtFormatter
+from reporter import culprits as culprit_lists
 from reporter.cli import parse_settings, run
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.promql import (
@@ -37,6 +38,7 @@ from reporter.promql import (
     safe_url,
 )
 from reporter.query import Kind, Plan, TaggedSample, fetch
+from reporter.schema import PodRef
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import free_port
@@ -561,3 +563,36 @@ async def test_plus_inf_is_read_from_plain_and_gzip_answers(server) -> None:
         async with PromQLClient(cfg) as client:
             result, _ = await client.query("up", T0, TaggedSample)
         assert result[0].value.value == float("inf")
+
+
+async def test_fetch_sends_the_victims_and_aggressors_with_the_second_query(server) -> None:
+    """Still three queries: the pods ride along with the tagged series, and the parse tells
+    them apart by their ``role`` label."""
+    plan = Plan(compact=False)
+    recorded, extra, info = answers(plan, {"a": quiet_values(plan)}, {"a": T0 - 1})
+    culprits = culprit_lists.query(DetectionRuleConfig.default())
+    pod = {"node": "a", "pod_uid": "u1", "qos": "burstable", "namespace": "ns", "pod": "web-0"}
+    extra += [
+        {"metric": {**pod, "role": "victims", "resource": "io"}, "value": [T0, "0.5"]},
+        {"metric": {**pod, "role": "aggressors", "resource": "memory"}, "value": [T0, "1024"]},
+    ]
+    by_query = {
+        plan.recorded_expr: recorded,
+        f"{plan.extra_expr} or ({culprits})": extra,
+        plan.info_expr: info,
+    }
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        form = await request.post()
+        seen.append(str(form["query"]))
+        return web.json_response(ok(by_query[str(form["query"])]))
+
+    srv = await server(handler)
+    async with PromQLClient(SourceConfig(url_of(srv))) as client:
+        snap = await fetch(client, plan, T0, culprits)
+    assert sorted(seen) == sorted(by_query)
+    assert snap.vectors["a"][plan.time_slot] == T0 - 1
+    got = snap.culprits["a"]
+    assert got.victims == (PodRef("u1", "io", 0.5, "burstable", "ns", "web-0"),)
+    assert got.aggressors == (PodRef("u1", "memory", 1024.0, "burstable", "ns", "web-0"),)
