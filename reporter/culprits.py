@@ -31,7 +31,6 @@ from rulegen.model import DetectionRuleConfig
 from rulegen.render import format_number
 
 TOP: Final = 3
-POD_INFO: Final = "kube_pod_info"  # kube-state-metrics: labels uid, namespace, pod
 ROLE_LABEL: Final = "role"
 Role = Literal["victims", "aggressors"]
 _POD: Final = "node, pod_uid, qos"
@@ -64,13 +63,13 @@ RANKINGS: Final[tuple[Ranking, ...]] = (
     Ranking(
         "aggressors",
         "memory",
-        f"max by ({_POD}) (mco_pod_memory_usage_bytes) and on (node) ($victims_memory)",
+        f"max by ({_POD}) ({series.POD_MEMORY_USAGE}) and on (node) ($victims_memory)",
         float(1 << 20),
     ),
     Ranking(
         "aggressors",
         "io",
-        f"sum by ({_POD}) (max by ({_POD}, operation) (rate(mco_pod_io_bytes_total[$w]))) > 0"
+        f"sum by ({_POD}) (max by ({_POD}, operation) (rate({series.POD_IO_BYTES}[$w]))) > 0"
         " and on (node) ($victims_io)",
         float(1 << 20),
     ),
@@ -108,11 +107,8 @@ def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -
             f'"aggressors", "", ""), "resource", "{r.resource}", "", ""))'
         )
     ranked = "(\n" + "\nor\n".join(parts) + "\n)"
-    info = (
-        f'label_replace(max by (uid, namespace, pod) ({POD_INFO}), "pod_uid", "$1", "uid", "(.+)")'
-    )
     return (
-        f"{ranked}\n* on (pod_uid) group_left (namespace, pod) {info}\n"
+        f"{ranked}\n* on (pod_uid) group_left (namespace, pod) {series.POD_NAMES}\n"
         f"or on (node, pod_uid, {ROLE_LABEL}, resource)\n{ranked}"
     )
 

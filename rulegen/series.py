@@ -71,6 +71,15 @@ THRESHOLD_SETTINGS: Final = ("nodeInterferedLevel", "evaluationInterval", "stale
 
 # Raw exporter series readers need next to the recorded ones.
 KATA_READY: Final = "mco_kata_runtime_ready"
+POD_MEMORY_USAGE: Final = "mco_pod_memory_usage_bytes"
+POD_IO_BYTES: Final = "mco_pod_io_bytes_total"
+# kube-state-metrics' pod info (labels uid, namespace, pod), relabelled to join on ``pod_uid``:
+# ``X * on (pod_uid) group_left (namespace, pod) POD_NAMES`` names the pods of X (the reporter's
+# victims and aggressors, the node dashboard's per-pod panels).
+POD_INFO: Final = "kube_pod_info"
+POD_NAMES: Final = (
+    f'label_replace(max by (uid, namespace, pod) ({POD_INFO}), "pod_uid", "$1", "uid", "(.+)")'
+)
 
 # Per-signal index, labels ``detection`` and ``signal`` (values of SIGNAL_LABELS): which signal
 # drives a detection. Recorded only where the signal counts for its detection on that node

@@ -85,6 +85,92 @@ def _context_panel(row: Context, config: DetectionRuleConfig, catalog: Catalog) 
     )
 
 
+def _named(expr: str) -> str:
+    """The pods of ``expr`` with their namespace and name from kube_pod_info; UID only where
+    kube-state-metrics has none."""
+    return (
+        f"({expr}) * on (pod_uid) group_left (namespace, pod) {series.POD_NAMES}"
+        f" or on (pod_uid, resource) ({expr})"
+    )
+
+
+_POD_LEGEND: Final = "{{namespace}}/{{pod}} {{pod_uid}} · {{resource}}"
+
+
+def _pod_panels(config: DetectionRuleConfig) -> list[PanelBuilder]:
+    """The node's victims and aggressors over time (docs/dashboards.md): one row of a stat and
+    the victims, one of three graphs."""
+    w = format_duration(config.window)
+    self_limited = f"({series.POD_MEMORY_SELF_LIMITED} == 1 or {series.POD_IO_SELF_LIMITED} == 1)"
+    stall = f'{series.POD_PRESSURE}{{{ONE_NODE},kind="some"}}'
+    pod = "node, pod_uid, qos"
+    return [
+        stat_panel(
+            "Per-pod pressure",
+            Query(f"1 - {series.POD_PRESSURE_FALLBACK}{{{ONE_NODE}}}"),
+            mappings=((0, "no: node PSI", "orange"), (1, "yes", "green")),
+            steps=[Step(None, "orange"), Step(1, "green")],
+            description="Yes: memory and I/O are judged by the victims' stall. No: the node has "
+            "no per-pod series, so node PSI (which counts a pod stalling in its own limit "
+            "too) stands in.",
+        ),
+        timeseries(
+            "Victims: pods stalling without hitting their own limit",
+            [Query(_named(f"{stall} > 0 unless on (node, pod_uid) {self_limited}"), _POD_LEGEND)],
+            unit="percentunit",
+            description="PSI some of each pod that hit neither its memory nor its I/O limit in "
+            "the window: the worst of them is the memory/io signal above. The report lists "
+            "those at or above warn.",
+            minimum=0,
+            width=20,
+        ),
+        timeseries(
+            "Self-limited pods' stall (not counted)",
+            [Query(_named(f"{stall} > 0 and on (node, pod_uid) {self_limited}"), _POD_LEGEND)],
+            unit="percentunit",
+            description="PSI some of pods at their own memory or I/O limit in the window: "
+            "their own doing, so it neither triggers a detection nor filters the node.",
+            minimum=0,
+            width=8,
+        ),
+        timeseries(
+            "Aggressors: memory usage",
+            [
+                Query(
+                    _named(
+                        f"label_replace(topk(5, max by ({pod}) ({series.POD_MEMORY_USAGE}"
+                        f'{{{ONE_NODE}}})), "resource", "memory", "", "")'
+                    ),
+                    _POD_LEGEND,
+                )
+            ],
+            unit="bytes",
+            description="The five pods holding the most memory on the node: where a pod is a "
+            "memory victim, the report names the top three as aggressors.",
+            minimum=0,
+            width=8,
+        ),
+        timeseries(
+            "Aggressors: I/O bytes per second",
+            [
+                Query(
+                    _named(
+                        f"label_replace(topk(5, sum by ({pod}) (max by ({pod}, operation) "
+                        f"(rate({series.POD_IO_BYTES}{{{ONE_NODE}}}[{w}]))) > 0), "
+                        '"resource", "io", "", "")'
+                    ),
+                    _POD_LEGEND,
+                )
+            ],
+            unit="Bps",
+            description="The five pods reading and writing the most bytes per second: where a "
+            "pod is an io victim, the report names the top three as aggressors.",
+            minimum=0,
+            width=8,
+        ),
+    ]
+
+
 def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
     interfered = config.alerts.node_interfered_level
     hold_for, clear_after = (
@@ -192,6 +278,7 @@ def build(config: DetectionRuleConfig, catalog: Catalog = CATALOG) -> str:
             maximum=1,
         ),
     ]
+    panels += _pod_panels(config)
     panels += [_signal_panel(spec, config, catalog) for spec in catalog.signals]
     panels += [_context_panel(row, config, catalog) for row in catalog.context]
     for panel in panels:
