@@ -3,8 +3,12 @@
 mco-exporter reads this machine; a real Prometheus scrapes it every second and evaluates the
 generated rules; mco-reporter writes the NodeInterferenceReport to a file (the embedded default
 instead of the Kubernetes API); mco-extender serves Volcano and kube-scheduler from that file.
-Every second the terminal shows what the scheduler would see. `--stress io|memory` adds real
-load so detection can be watched happening. Ctrl-C stops everything; nothing is left running.
+Every second the terminal shows what the scheduler would see. `--stress io|memory|cross-pod`
+adds real load so detection can be watched happening: `memory` and `cross-pod` run in real pod
+cgroups (``scripts.kubepods``) that the exporter's cgroup collector reads, a pod thrashing in its
+own limit (self-inflicted: the node stays schedulable) and a pod whose memory another pod takes
+(interference: the node is marked, the report names both). Ctrl-C stops everything; nothing is
+left running.
 
 The same `LocalStack` runs the end-to-end tests and the detection-latency benchmark.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -30,11 +35,21 @@ import requests
 
 from kubectl_mco.render import NODES_LEGEND, nodes_table
 from mco.flags import duration
+from rulegen import series
 from rulegen.latency import buckets_flag
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
+from scripts.kubepods import PodTree
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
-from scripts.stress import StressUnavailableError, io_stress, memory_cgroup, memory_stress
+from scripts.stress import (
+    PodLoad,
+    StressUnavailableError,
+    cross_pod,
+    io_stress,
+    new_cgroup_root,
+    self_limited_pods,
+    stack_pods,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
@@ -67,6 +82,9 @@ class StackSettings:
     node: str = field(default_factory=socket.gethostname)
     rule_config: Path | None = None
     exporter_args: tuple[str, ...] = ()
+    # The kubelet's --cgroup-root of the stack's own pods (`--stress memory|cross-pod`): the
+    # exporter reads only these, never the host's other pod cgroups.
+    cgroup_root: str = field(default_factory=new_cgroup_root)
 
 
 class LocalStack:
@@ -95,6 +113,7 @@ class LocalStack:
                 f"--node-name={settings.node}",
                 # The latency buckets the rules' thresholds need (one source: the config).
                 f"--collector.biolatency.buckets={buckets_flag(self.config)}",
+                f"--collector.cgroup.cgroup-root={settings.cgroup_root}",
                 *settings.exporter_args,
             ],
             name="mco-exporter",
@@ -148,6 +167,8 @@ class LocalStack:
         )
         self._load: list[Managed] = []
         self._cgroups = contextlib.ExitStack()
+        self._tree: PodTree | None = None
+        self.pods: list[PodLoad] = []  # what `memory` and `cross-pod` run, and who is who
 
     # --- URLs ----------------------------------------------------------------------------
     @property
@@ -206,24 +227,70 @@ class LocalStack:
 
     # --- load --------------------------------------------------------------------------
     def start_load(self, kind: str) -> None:
-        """Real interference: `io` (stress-ng --hdd) or `memory` (in a 64 MiB memory cgroup)."""
+        """Real interference: `io` (stress-ng --hdd); in pods, `memory` (one pod thrashing in
+        its own 64 MiB limit, one idle) or `cross-pod` (one pod's allocation pushes the other's
+        working set out of the pods' shared memory)."""
         workdir = self.workdir / f"stress-{kind}"
         if kind == "io":
-            load = io_stress(workdir)
-        elif kind == "memory":
-            cgroup = self._cgroups.enter_context(memory_cgroup(64 * 2**20))
-            load = memory_stress(workdir, cgroup)
+            loads = [io_stress(workdir)]
+        elif kind in ("memory", "cross-pod"):
+            run = self_limited_pods if kind == "memory" else cross_pod
+            pods = run(self._pod_tree(), workdir)
+            self.pods.append(pods)
+            loads = pods.processes
         else:
             raise ValueError(f"unknown load {kind!r}")
-        load.env[MARKER_ENV] = self.marker
-        load.start()
-        self._load.append(load)
+        for load in loads:
+            load.env[MARKER_ENV] = self.marker
+            load.start()
+            self._load.append(load)
+
+    def _pod_tree(self) -> PodTree:
+        if self._tree is None:
+            self._tree = self._cgroups.enter_context(stack_pods(self.settings.cgroup_root))
+        return self._tree
 
     def stop_load(self) -> None:
         for load in self._load:
             load.stop()
         self._load.clear()
+        self.pods.clear()
+        self._tree = None
         self._cgroups.close()
+
+    def pod_states(self) -> list[dict[str, Any]]:
+        """The stack's pods as the rules see them: stall (PSI some, max of memory and io) and
+        whether each hit its own limit in the window (self-limited) or not."""
+        node = f'node="{self.settings.node}"'
+        flags = (
+            f"max by (pod_uid, qos) ({series.POD_MEMORY_SELF_LIMITED}{{{node}}}"
+            f" or {series.POD_IO_SELF_LIMITED}{{{node}}})"
+        )
+        stall = f'max by (pod_uid, qos, resource) ({series.POD_PRESSURE}{{{node},kind="some"}})'
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.prometheus.query(flags):
+            uid = r["metric"]["pod_uid"]
+            out[uid] = {"uid": uid, "qos": r["metric"].get("qos", ""),
+                        "selfLimited": float(r["value"][1]) == 1, "stall": {}}  # fmt: skip
+        for r in self.prometheus.query(stall):
+            pod = out.get(r["metric"]["pod_uid"])
+            if pod is not None:
+                pod["stall"][r["metric"]["resource"]] = float(r["value"][1])
+        return sorted(out.values(), key=lambda p: str(p["uid"]))
+
+    def report_entry(self) -> dict[str, Any] | None:
+        """This node's entry in the report file (victims and aggressors are only there)."""
+        try:
+            obj = json.loads(self.report_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        items = obj["items"] if obj.get("kind") == "List" else [obj]
+        for item in items:
+            entry = (item.get("status") or {}).get("nodes", {}).get(self.settings.node)
+            if entry is not None:
+                found: dict[str, Any] = entry
+                return found
+        return None
 
     # --- what the scheduler sees -----------------------------------------------------------
     def nodes(self) -> dict[str, Any]:
@@ -249,9 +316,40 @@ def render_view(stack: LocalStack, body: dict[str, Any] | None, error: str | Non
         lines.append(f"(extender not answering: {error})")
     elif body is not None:
         lines += table[1:]
+    lines += _pod_lines(stack)
     lines += ["", NODES_LEGEND, ""]
     lines += [f"{name:20} {url}" for name, url in stack.urls().items()]
     return "\n".join(lines)
+
+
+def _pod_lines(stack: LocalStack) -> list[str]:
+    """The stack's pods (`--stress memory|cross-pod`): who stalls, who hit its own limit, and
+    the report's victims and aggressors."""
+    if not stack.pods:
+        return []
+    roles = {}
+    for load in stack.pods:
+        roles[load.stressed.uid] = "stressed"
+        roles[load.other.uid] = "other"
+    lines = ["", f"{'pod':10} {'role':9} {'qos':10} {'memory':>7} {'io':>7}  own limit hit"]
+    try:
+        pods = stack.pod_states()
+    except (requests.RequestException, RuntimeError) as exc:
+        return [*lines, f"(Prometheus not answering: {type(exc).__name__})"]
+    for pod in pods:
+        stall = pod["stall"]
+        lines.append(
+            f"{pod['uid'][:8]:10} {roles.get(pod['uid'], '-'):9} {pod['qos']:10} "
+            f"{stall.get('memory', 0):7.3f} {stall.get('io', 0):7.3f}  "
+            + ("yes: self-limited, not counted" if pod["selfLimited"] else "no")
+        )
+    entry = stack.report_entry() or {}
+    for key in ("victims", "aggressors"):
+        named = [
+            f"{p['podUid'][:8]} ({p['resource']} {p['value']:.3g})" for p in entry.get(key, [])
+        ]
+        lines.append(f"report {key}: {', '.join(named) or '-'}")
+    return lines
 
 
 def live_view(stack: LocalStack, stop: threading.Event, duration: float | None) -> None:
@@ -283,7 +381,9 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stress", choices=["io", "memory"], help="also drive real load")
+    parser.add_argument(
+        "--stress", choices=["io", "memory", "cross-pod"], help="also drive real load"
+    )
     parser.add_argument("--rule-config", type=Path, help="DetectionRuleConfig YAML")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--duration", type=duration, help="stop after this long (90, 500ms, 1m30s)")

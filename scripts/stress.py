@@ -2,6 +2,10 @@
 pressure inside a memory-limited cgroup (v2 where the memory controller is on the unified
 hierarchy, else v1).
 
+And the same loads in real pods (``scripts.kubepods``), where the exporter's cgroup collector sees
+them per pod: one pod thrashing in its own memory limit (self-inflicted), and one pod whose page
+cache another pod's allocation pushes out (cross-pod interference).
+
 Shared by `make run STRESS=...`, the end-to-end tests and the detection benchmark, so all three
 produce load the same way. Everything started here is stopped, and the cgroup removed, on exit.
 """
@@ -17,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.kubepods import CGROUPFS, Pod, PodTree, hierarchies, why_not_here
 from scripts.procs import Managed
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -204,4 +209,104 @@ def memory_stress(workdir: Path, cgroup: MemoryCgroup, *, vm_bytes: str = "200M"
     )
     return Managed(
         ["/bin/sh", "-c", script], name="stress-memory", log_path=workdir / "stress-memory.log"
+    )
+
+
+@contextlib.contextmanager
+def stack_pods(cgroup_root: str, cgroupfs: Path = CGROUPFS) -> Iterator[PodTree]:
+    """``scripts.kubepods.pod_tree`` under a ``cgroup_root`` chosen in advance (the exporter is
+    pointed at it before any pod exists). StressUnavailableError where pods cannot be made."""
+    why = why_not_here(cgroupfs)
+    if why is not None:
+        raise StressUnavailableError(f"no pod cgroups here: {why}")
+    tree = PodTree(cgroupfs, hierarchies(cgroupfs), cgroup_root)
+    try:
+        for root in tree.roots:
+            (root / cgroup_root.strip("/") / "kubepods").mkdir(parents=True)
+        yield tree
+    finally:
+        tree.close()
+
+
+def new_cgroup_root() -> str:
+    return f"/mco-pods-{uuid.uuid4().hex[:8]}"
+
+
+def in_pod(pod: Pod, argv: list[str], workdir: Path, name: str) -> Managed:
+    """``argv`` in the pod's container cgroup ``app``, in every hierarchy, from its birth (a
+    Managed process, so the caller's stop and leftover checks cover it)."""
+    for d in pod.dirs("app"):
+        d.mkdir(exist_ok=True)
+    joins = " && ".join(f'echo $$ > "{d / "cgroup.procs"}"' for d in pod.dirs("app"))
+    return Managed(
+        ["/bin/sh", "-c", f'{joins} && exec "$0" "$@"', *argv],
+        name=name,
+        log_path=workdir / f"{name}.log",
+    )
+
+
+POD_MEMORY_LIMIT = 64 << 20  # the self-limited pod's own limit
+NODE_MEMORY = 256 << 20  # cross-pod: the kubepods limit standing in for the node's memory
+AGGRESSOR_BYTES = "192M"  # anonymous memory the aggressor holds (no swap: never reclaimed)
+WORKING_SET_BYTES = 160 << 20  # the victim's file, read over and over
+
+
+@dataclass(frozen=True)
+class PodLoad:
+    """Pods with processes in them: what a stress mode ran, and who is who."""
+
+    processes: list[Managed]
+    stressed: Pod  # the pod doing the damage (to itself, or to the other)
+    other: Pod  # the pod beside it: idle, or the victim
+
+
+def self_limited_pods(tree: PodTree, workdir: Path) -> PodLoad:
+    """`make run STRESS=memory` in pods: ``memory_stress`` in a pod with its own 64 MiB limit,
+    and an idle pod beside it. Only the stressed pod stalls, inside its own limit."""
+    stress_ng = require_stress_ng()
+    workdir.mkdir(parents=True, exist_ok=True)
+    stressed = tree.add_pod("burstable")
+    stressed.set_memory_limit(POD_MEMORY_LIMIT)
+    idle = tree.add_pod("besteffort")
+    argv = [stress_ng, "--vm", "1", "--vm-bytes", "200M", "--vm-keep", "--hdd", "1",
+            "--hdd-bytes", "400M", "--temp-path", str(workdir), "--quiet"]  # fmt: skip
+    return PodLoad(
+        [
+            in_pod(stressed, argv, workdir, "pod-stressed"),
+            in_pod(idle, ["sleep", "infinity"], workdir, "pod-idle"),
+        ],
+        stressed,
+        idle,
+    )
+
+
+def cross_pod(tree: PodTree, workdir: Path) -> PodLoad:
+    """`make run STRESS=cross-pod`: two pods without limits of their own under ``kubepods``
+    limited to 256 MiB (the node's memory). The victim reads a 160 MiB file over and over (its
+    working set, in page cache); the aggressor holds 192 MiB of anonymous memory, which without
+    swap cannot be reclaimed, so the victim's cache is, and it stalls re-reading it, at no limit
+    of its own."""
+    stress_ng = require_stress_ng()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tree.limit_node_memory(NODE_MEMORY)
+    victim = tree.add_pod("besteffort")  # no limits: BestEffort, as Kubernetes classes them
+    aggressor = tree.add_pod("besteffort")
+    data = workdir / "working-set"
+    mib = WORKING_SET_BYTES >> 20
+    loop = (
+        f'dd if=/dev/zero of="{data}" bs=1M count={mib} status=none && '
+        f'while :; do dd if="{data}" of=/dev/null bs=1M status=none; done'
+    )
+    return PodLoad(
+        [
+            in_pod(victim, ["/bin/sh", "-c", loop], workdir, "pod-victim"),
+            in_pod(
+                aggressor,
+                [stress_ng, "--vm", "1", "--vm-bytes", AGGRESSOR_BYTES, "--vm-keep", "--quiet"],
+                workdir,
+                "pod-aggressor",
+            ),
+        ],
+        aggressor,
+        victim,
     )
