@@ -51,11 +51,16 @@ COVERED: dict[str, tuple[str, str]] = {
         "tests/e2e/test_make_run.py::test_make_run_live_view_then_ctrl_c_stops_everything",
         '"STRESS=io"',
     ),
-    # Not through make: the same `--stress memory` load (LocalStack.start_load) in a cgroup.
+    # Not through make: the same `--stress memory|cross-pod` loads (LocalStack.start_load).
     "make run STRESS=memory": (
         "tests/e2e/test_detection.py::"
-        "test_memory_pressure_in_a_cgroup_raises_page_scans_and_the_index",
+        "test_a_pod_thrashing_in_its_own_limit_neither_marks_nor_filters_the_node",
         'stack.start_load("memory")',
+    ),
+    "make run STRESS=cross-pod": (
+        "tests/e2e/test_detection.py::"
+        "test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both",
+        'stack.start_load("cross-pod")',
     ),
 }
 
