@@ -281,7 +281,7 @@ def self_limited_pods(tree: PodTree, workdir: Path) -> PodLoad:
 
 
 def cross_pod(tree: PodTree, workdir: Path) -> PodLoad:
-    """`make run STRESS=cross-pod`: two pods without limits of their own under ``kubepods``
+    """`make run STRESS=cross-pod`: two pods without limits of their own in a tree
     limited to 256 MiB (the node's memory). The victim reads a 160 MiB file over and over (its
     working set, in page cache); the aggressor holds 192 MiB of anonymous memory, which without
     swap cannot be reclaimed, so the victim's cache is, and it stalls re-reading it, at no limit
