@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BYTES,
         help="auto layout: switch to per-node above this cluster-object size (default 1Mi)",
     )
-    rep.add_argument("--compact", action="store_true", help="leave out the signal snapshot")
+    rep.add_argument(
+        "--compact",
+        action="store_true",
+        help="leave out the signal snapshot, victims and aggressors",
+    )
     rep.add_argument("--rule-config", metavar="FILE", help="DetectionRuleConfig YAML")
     rep.add_argument("--epsilon", type=float, default=0.01, help="level/index change to write")
     rep.add_argument(
