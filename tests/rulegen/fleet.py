@@ -120,6 +120,57 @@ def _memory(available_ratio: float, total: float = 64 * 2**30) -> list[Series]:
     ]
 
 
+def _pod(
+    uid: str,
+    qos: str,
+    stall: dict[str, tuple[float, float]],
+    *,
+    usage: float = 2**20,
+    limit: float | None = None,
+    events: dict[str, float] | None = None,
+    io: dict[str, tuple[float, float]] | None = None,
+    io_limit: dict[str, tuple[float | None, float | None]] | None = None,
+) -> list[Series]:
+    """One pod as the cgroup collector exports it: stall slopes per resource (some, full)."""
+    pod = {"pod_uid": uid, "qos": qos}
+    out = []
+    for resource in ("cpu", "io", "memory"):
+        some, full = stall.get(resource, (0.0, 0.0))
+        for kind, slope in (("some", some), ("full", full)):
+            out.append(
+                _s(
+                    "mco_pod_pressure_stalled_seconds_total",
+                    50,
+                    slope,
+                    **pod,
+                    resource=resource,
+                    kind=kind,
+                )
+            )
+    for event in ("max", "high", "oom_kill"):
+        out.append(
+            _s("mco_pod_memory_events_total", 3, (events or {}).get(event, 0.0), **pod, event=event)
+        )
+    out.append(_s("mco_pod_memory_usage_bytes", usage, 0.0, **pod))
+    if limit is not None:
+        out.append(_s("mco_pod_memory_limit_bytes", limit, 0.0, **pod))
+    out.append(_s("mco_pod_memory_reclaimed_pages_total", 0, 10.0, **pod))
+    for operation in ("read", "write"):
+        per_s, ops = (io or {}).get(operation, (0.0, 0.0))
+        out.append(_s("mco_pod_io_bytes_total", 0, per_s, **pod, operation=operation))
+        out.append(_s("mco_pod_io_operations_total", 0, ops, **pod, operation=operation))
+        bps, iops = (io_limit or {}).get(operation, (None, None))
+        if bps is not None:
+            out.append(
+                _s("mco_pod_io_limit_bytes_per_second", bps, 0.0, **pod, operation=operation)
+            )
+        if iops is not None:
+            out.append(
+                _s("mco_pod_io_limit_operations_per_second", iops, 0.0, **pod, operation=operation)
+            )
+    return out
+
+
 def _common(cpus: int) -> list[Series]:
     out = [_s("mco_cpu_online", cpus)]
     for collector in (
@@ -247,6 +298,48 @@ PROFILES: dict[str, Profile] = {
                 _s("mco_vmstat_pgscan_by_type_total", 0, 50000, type="file"),
                 _s("mco_vmstat_pgscan_total", 0, 100, reclaimer="kswapd"),
             ]
+        ),
+    ),
+    # Per-pod series (the cgroup collector): node PSI is high, but most of it is pods at their
+    # own limits; the victim's stall is what counts (docs/detection-model.md).
+    "pods": Profile(
+        "pods",
+        tuple(
+            _common(8)
+            + _psi(0.1, 0.7, 0.4, 0.3, 0.2)
+            + _disk("vda", 0.01, 10)
+            + _memory(0.7)
+            + _pod(
+                "thrash",
+                "burstable",
+                {"memory": (0.3, 0.2), "io": (0.5, 0.3)},
+                usage=60 * 2**20,
+                limit=64 * 2**20,
+                events={"max": 40.0},
+            )
+            + _pod("near", "burstable", {"memory": (0.2, 0.1)}, usage=62 * 2**20, limit=64 * 2**20)
+            + _pod(
+                "throttled",
+                "guaranteed",
+                {"io": (0.6, 0.4)},
+                io={"write": (2**20, 16)},
+                io_limit={"write": (2**20, None)},
+            )
+            + _pod(
+                "ops",
+                "burstable",
+                {"io": (0.4, 0.1)},
+                io={"read": (4096, 95)},
+                io_limit={"read": (None, 100)},
+            )
+            + _pod(
+                "victim",
+                "besteffort",
+                {"memory": (0.05, 0.01), "io": (0.25, 0.125)},
+                io={"read": (2**16, 2)},
+                io_limit={"read": (2**20, 1000)},
+            )
+            + _pod("quiet", "besteffort", {})
         ),
     ),
     # Only a weight-0 detection has data: no level.

@@ -39,6 +39,8 @@ class NodeResult:
     triggered: dict[str, float] = field(default_factory=dict)
     fallback: float = 0.0
     pod_fallback: float = 1.0  # no per-pod pressure series: node PSI stands in for the victims
+    pods: dict[str, PodResult] = field(default_factory=dict)  # pod UID -> its values
+    victims: dict[tuple[str, str], float] = field(default_factory=dict)  # (resource, kind)
     level: float | None = None
     score: float | None = None
     hard: dict[str, float] = field(default_factory=dict)  # exceeded, by constraint label
@@ -220,20 +222,84 @@ def bucket_rates(obs: Sequence[Obs]) -> dict[tuple[str, str], float]:
     return dict(out)
 
 
+# The PSI signals the victims' stall replaces where a node has per-pod series.
+JUDGED = {
+    "psiIOSome": ("io", "some"),
+    "psiIOFull": ("io", "full"),
+    "psiMemorySome": ("memory", "some"),
+    "psiMemoryFull": ("memory", "full"),
+}
+SELF_LIMIT_SHARE = 0.9
+VICTIM_KEYS = {
+    ("memory", "some"): "victimMemorySome",
+    ("memory", "full"): "victimMemoryFull",
+    ("io", "some"): "victimIOSome",
+    ("io", "full"): "victimIOFull",
+}
+
+
+@dataclass
+class PodResult:
+    qos: str
+    stall: dict[tuple[str, str], float] = field(default_factory=dict)  # (resource, kind)
+    memory_limited: bool = False
+    io_limited: bool = False
+
+    @property
+    def self_limited(self) -> bool:
+        return self.memory_limited or self.io_limited
+
+
+def per_pod(obs: Sequence[Obs]) -> dict[str, PodResult] | None:
+    """Each pod's stall (io, memory) and whether it hit its own memory or I/O limit; None where
+    the node has no per-pod pressure series."""
+    pods: dict[str, PodResult] = {}
+    for o in _by(obs, "mco_pod_pressure_stalled_seconds_total"):
+        resource, kind = o.key("resource", "kind")
+        if resource in ("io", "memory") and o.rate is not None:
+            pod = pods.setdefault(o.labels["pod_uid"], PodResult(o.labels["qos"]))
+            pod.stall[(resource, kind)] = max(pod.stall.get((resource, kind), 0.0), min(o.rate, 1))
+    if not pods:
+        return None
+
+    def gauge(name: str, attr: str, *extra: str) -> dict[tuple[str, ...], float]:
+        return _dedup_max((o.key("pod_uid", *extra), getattr(o, attr)) for o in _by(obs, name))
+
+    usage = gauge("mco_pod_memory_usage_bytes", "avg")  # flat gauges: max_over_time = avg
+    limit = gauge("mco_pod_memory_limit_bytes", "last")
+    events = gauge("mco_pod_memory_events_total", "rate", "event")
+    for uid, pod in pods.items():
+        hit = any(events.get((uid, e), 0) > 0 for e in ("max", "high", "oom_kill"))
+        near = (uid,) in usage and (uid,) in limit
+        pod.memory_limited = hit or (near and usage[(uid,)] >= SELF_LIMIT_SHARE * limit[(uid,)])
+        for used, cap in (
+            ("mco_pod_io_bytes_total", "mco_pod_io_limit_bytes_per_second"),
+            ("mco_pod_io_operations_total", "mco_pod_io_limit_operations_per_second"),
+        ):
+            rates, caps = gauge(used, "rate", "operation"), gauge(cap, "last", "operation")
+            for (pod_uid, operation), c in caps.items():
+                r = rates.get((pod_uid, operation))
+                if pod_uid == uid and r is not None and r >= SELF_LIMIT_SHARE * c:
+                    pod.io_limited = True
+    return pods
+
+
 def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
     values = signals(obs)
     result = NodeResult(bucket_rates=bucket_rates(obs), in_node_set=bool(_by(obs, S.NODE_INFO)))
     for key, value in values.items():
         result.signals[S.SIGNAL_SERIES.get(key) or S.CONTEXT_SERIES[key]] = value
     available = [o.last for o in _by(obs, "mco_pressure_available") if o.last is not None]
-    pods = [
-        o
-        for o in _by(obs, "mco_pod_pressure_stalled_seconds_total")
-        if o.labels.get("resource") in ("io", "memory") and o.rate is not None
-    ]
-    if pods:
-        raise NotImplementedError("the engine fleet has no per-pod series (pods.test.yaml has)")
-    result.pod_fallback = 1.0
+    pods = per_pod(obs)
+    if pods is not None:
+        result.pods = pods
+        result.pod_fallback = 0.0
+        for key, rk in JUDGED.items():
+            victims = [p.stall[rk] for p in pods.values() if not p.self_limited and rk in p.stall]
+            value = max(victims, default=0.0)
+            result.victims[rk] = value
+            values[key] = value
+            result.signals[S.SIGNAL_SERIES.get(key) or S.CONTEXT_SERIES[key]] = value
     result.fallback = 0.0 if available and max(available) != 0 else 1.0
     triggered: dict[str, bool] = {d: False for d in S.DETECTIONS.values()}
     for spec in SIGNALS:
@@ -288,6 +354,15 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
     out[(S.MEMORY_PRESSURE_FALLBACK, ())] = result.fallback
     if result.in_node_set:
         out[(S.POD_PRESSURE_FALLBACK, ())] = result.pod_fallback
+    for uid, pod in result.pods.items():
+        labels = (("pod_uid", uid), ("qos", pod.qos))
+        for (resource, kind), value in pod.stall.items():
+            key = tuple(sorted((*labels, ("resource", resource), ("kind", kind))))
+            out[(S.POD_PRESSURE, key)] = value
+        out[(S.POD_MEMORY_SELF_LIMITED, labels)] = float(pod.memory_limited)
+        out[(S.POD_IO_SELF_LIMITED, labels)] = float(pod.io_limited)
+    for (resource, kind), value in result.victims.items():
+        out[(S.VICTIM_PRESSURE[VICTIM_KEYS[(resource, kind)]], ())] = value
     if result.level is not None and result.score is not None:
         out[(S.INTERFERENCE_LEVEL, ())] = result.level
         out[(S.SCHEDULE_SCORE, ())] = result.score
@@ -311,6 +386,10 @@ RECORDED_NAMES = (
     S.DETECTION_TRIGGERED,
     S.MEMORY_PRESSURE_FALLBACK,
     S.POD_PRESSURE_FALLBACK,
+    S.POD_PRESSURE,
+    S.POD_MEMORY_SELF_LIMITED,
+    S.POD_IO_SELF_LIMITED,
+    *S.VICTIM_PRESSURE.values(),
     S.INTERFERENCE_LEVEL,
     S.SCHEDULE_SCORE,
     S.HARD_CONSTRAINT_EXCEEDED,
