@@ -73,9 +73,12 @@ def test_io_stress_triggers_io_congestion_and_lowers_the_score(stack_factory) ->
     stack: LocalStack = stack_factory()
     stack.start()
     limit = stack.config.window + 10
+    # The first entries hold the gauges only (a rate needs two samples): wait for the detection.
     wait_for(
         stack,
-        lambda n: not n["detections"]["io_congestion"]["triggered"],
+        lambda n: (
+            "io_congestion" in n["detections"] and not n["detections"]["io_congestion"]["triggered"]
+        ),
         timeout=60,
         what="an idle start (io_congestion not triggered)",
     )
