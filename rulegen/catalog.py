@@ -106,9 +106,16 @@ _POD: Final = "node, pod_uid, qos"
 def _victims(resource: str, kind: str) -> str:
     """The worst stall among the node's pods that hit no limit of their own; 0 where the node
     has per-pod data but no such pod stalls; absent where it has no per-pod data."""
+    # The raw series, not $podPressure{...}: a label matcher cannot follow an expression, and
+    # Catalog.inline_expr (mco-rulegen recommend, the guard) inlines $podPressure as one.
     return f"""\
 max by (node) (
-  ${{podPressure}}{{resource="{resource}",kind="{kind}"}}
+  clamp_max(
+    max by ({_POD}) (
+      rate(mco_pod_pressure_stalled_seconds_total{{resource="{resource}",kind="{kind}"}}[$w])
+    ),
+    1
+  )
   unless on (node, pod_uid)
   ($podMemorySelfLimited == 1 or $podIOSelfLimited == 1)
 )

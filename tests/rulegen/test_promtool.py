@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rulegen.catalog import CATALOG
 from rulegen.generate import RULES_PATH
 from rulegen.model import DetectionRuleConfig, from_spec, load_config
 from rulegen.render import render_prometheusrule, render_rules
@@ -275,4 +276,17 @@ def test_per_pod_pressure_judges_victims_and_node_psi_stands_in_without_it(tmp_p
     result = run_suites(
         tmp_path, render_rules(load_config(TEST_CONFIG), generation=7), "pods.test.yaml"
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_recorded_series_inlined_over_raw_series_is_valid_promql(tmp_path):
+    """``Catalog.inline_expr`` (recommend, the guard) substitutes each ``$key`` with that row's
+    own expression: no row may put a label matcher after one (``$key{...}``)."""
+    rules = [
+        {"record": f"inline:{r.key}", "expr": CATALOG.inline_expr(r, "10s")}
+        for r in CATALOG.recorded
+    ]
+    path = tmp_path / "inline.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "inline", "rules": rules}]}))
+    result = promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
