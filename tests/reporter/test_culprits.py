@@ -15,6 +15,7 @@ from reporter import culprits
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.query import Kind, Plan, TaggedSample
 from reporter.schema import PodRef
+from reporter.shards import merge
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
@@ -197,3 +198,19 @@ def test_node_psi_standing_in_is_flagged() -> None:
     values[(Kind.POD_FALLBACK, "")] = 0.0
     t.apply(snapshot(PLAN, {"n": values}, T0 + 1))
     assert not t.entries["n"].pod_fallback and "fallback:pod_pressure" not in t.entries["n"].reasons
+
+
+def test_sharded_a_nodes_lists_come_from_the_shard_its_sample_came_from() -> None:
+    a = snapshot(PLAN, {"n": quiet_values(PLAN)}, T0, {"n": T0 - 3})
+    b = snapshot(
+        PLAN, {"n": quiet_values(PLAN), "m": quiet_values(PLAN)}, T0, {"n": T0 - 1, "m": T0 - 1}
+    )
+    a.culprits = {"n": culprits.Culprits((_ref("old", 0.5),))}
+    b.culprits = {
+        "n": culprits.Culprits((_ref("new", 0.5),)),
+        "m": culprits.Culprits((_ref("m", 0.2),)),
+    }
+    merged = merge(PLAN, [("http://a", a), ("http://b", b)], {})
+    assert merged.snapshot is not None
+    assert [p.pod_uid for p in merged.snapshot.culprits["n"].victims] == ["new"]  # b is newer
+    assert [p.pod_uid for p in merged.snapshot.culprits["m"].victims] == ["m"]
