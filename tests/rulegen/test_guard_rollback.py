@@ -165,7 +165,7 @@ async def test_a_spec_that_would_empty_the_cluster_is_rejected_until_overridden(
     assert "would filter 10 of 10 nodes now" in accepted["message"]
     assert status(cluster)["appliedGeneration"] == 1 and rule(cluster) == rules_before
     assert controller.metrics.accepted._value.get() == 0
-    assert controller.metrics.guard_checks.labels("rejected")._value.get() == 1
+    assert controller.metrics.guard_checks.labels("rejected")._value.get() >= 1
     assert api_server_errors(crd(), cluster.objects[DRC, None, "default"].raw) == []
 
     # Annotating the same generation applies it (the operator's explicit override).
