@@ -3,11 +3,11 @@
 mco-exporter reads this machine; a real Prometheus scrapes it every second and evaluates the
 generated rules; mco-reporter writes the NodeInterferenceReport to a file (the embedded default
 instead of the Kubernetes API); mco-extender serves Volcano and kube-scheduler from that file.
-Every second the terminal shows what the scheduler would see. `--stress io|memory|cross-pod`
-adds real load so detection can be watched happening: `memory` and `cross-pod` run in real pod
-cgroups (``scripts.kubepods``) that the exporter's cgroup collector reads, a pod thrashing in its
-own limit (self-inflicted: the node stays schedulable) and a pod whose memory another pod takes
-(interference: the node is marked, the report names both). Ctrl-C stops everything; nothing is
+Every second the terminal shows what the scheduler would see. `--stress MODE` adds real load so
+detection can be watched happening: `io` on the host; `memory` and `cross-pod` in real pod
+cgroups (``scripts.kubepods``) that the exporter's cgroup collector reads: a pod thrashing in its
+own memory limit (self-inflicted: the node stays schedulable) and a pod whose memory another pod
+takes (interference: the node is marked, the report names both). Ctrl-C stops everything; nothing is
 left running.
 
 The same `LocalStack` runs the end-to-end tests and the detection-latency benchmark.
@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import requests
 
@@ -52,6 +52,11 @@ from scripts.stress import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+# `--stress` modes that run in the stack's own pods (scripts/stress.py).
+POD_LOADS: Final = {
+    "memory": self_limited_pods,
+    "cross-pod": cross_pod,
+}
 DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
 # Every child carries this variable, so a leftover process can be found by it (tests do).
 MARKER_ENV = "MCO_LOCAL_STACK"
@@ -233,9 +238,8 @@ class LocalStack:
         workdir = self.workdir / f"stress-{kind}"
         if kind == "io":
             loads = [io_stress(workdir)]
-        elif kind in ("memory", "cross-pod"):
-            run = self_limited_pods if kind == "memory" else cross_pod
-            pods = run(self._pod_tree(), workdir)
+        elif kind in POD_LOADS:
+            pods = POD_LOADS[kind](self._pod_tree(), workdir)
             self.pods.append(pods)
             loads = pods.processes
         else:
@@ -262,9 +266,11 @@ class LocalStack:
         """The stack's pods as the rules see them: stall (PSI some, max of memory and io) and
         whether each hit its own limit in the window (self-limited) or not."""
         node = f'node="{self.settings.node}"'
+        # `or` matches label sets without the name: each flag gets its own label first.
         flags = (
-            f"max by (pod_uid, qos) ({series.POD_MEMORY_SELF_LIMITED}{{{node}}}"
-            f" or {series.POD_IO_SELF_LIMITED}{{{node}}})"
+            "max by (pod_uid, qos) ("
+            f'label_replace({series.POD_MEMORY_SELF_LIMITED}{{{node}}}, "limit", "memory", "", "")'
+            f' or label_replace({series.POD_IO_SELF_LIMITED}{{{node}}}, "limit", "io", "", ""))'
         )
         stall = f'max by (pod_uid, qos, resource) ({series.POD_PRESSURE}{{{node},kind="some"}})'
         out: dict[str, dict[str, Any]] = {}
@@ -381,9 +387,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make run", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--stress", choices=["io", "memory", "cross-pod"], help="also drive real load"
-    )
+    parser.add_argument("--stress", choices=["io", *POD_LOADS], help="also drive real load")
     parser.add_argument("--rule-config", type=Path, help="DetectionRuleConfig YAML")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--duration", type=duration, help="stop after this long (90, 500ms, 1m30s)")

@@ -310,3 +310,14 @@ def cross_pod(tree: PodTree, workdir: Path) -> PodLoad:
         aggressor,
         victim,
     )
+
+
+def whole_disk(path: Path) -> str:
+    """MAJ:MIN of the disk holding ``path`` (blk-throttle takes whole disks, not partitions)."""
+    dev = os.stat(path).st_dev
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if not sysfs.exists():
+        raise StressUnavailableError(f"{path} is not on a block device")
+    if (sysfs / "partition").exists():
+        sysfs = sysfs.resolve().parent
+    return (sysfs / "dev").read_text().strip()

@@ -7,7 +7,6 @@ is removed afterwards, whatever the outcome.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import threading
@@ -20,6 +19,7 @@ import requests
 
 from exporter.paths import Paths
 from scripts.kubepods import PodTree, pod_tree, why_not_here
+from scripts.stress import StressUnavailableError, whole_disk
 from tests.exporter.conftest import Samples, node_collector, samples_of, scrape
 from tests.exporter.test_real_host import start_exporter
 
@@ -136,22 +136,14 @@ def test_pods_created_and_removed_while_scraping_never_fail_a_scrape(tree: PodTr
     assert scrapes > 10 and churned > 10
 
 
-def whole_disk(path: Path) -> str:
-    """MAJ:MIN of the disk holding ``path`` (blk-throttle takes whole disks, not partitions)."""
-    dev = os.stat(path).st_dev
-    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    if not sysfs.exists():
-        pytest.skip(f"{path} is not on a block device")
-    if (sysfs / "partition").exists():
-        sysfs = sysfs.resolve().parent
-    return (sysfs / "dev").read_text().strip()
-
-
 def test_a_pod_at_its_own_io_limit_shows_the_limit_its_io_and_its_own_io_stall(
     tree: PodTree, tmp_path: Path
 ) -> None:
     """v1 blk-throttle binds the cgroup the processes are in: the limit goes on the container."""
-    disk = whole_disk(tmp_path)
+    try:
+        disk = whole_disk(tmp_path)
+    except StressUnavailableError as exc:
+        pytest.skip(str(exc))
     throttled, free = tree.add_pod("burstable"), tree.add_pod("burstable")
     blkio = tree.cgroupfs / "blkio"
     if blkio not in tree.roots:
