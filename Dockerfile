@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# The one MCO image the Helm chart runs: mco-exporter, mco-rulegen, mco-reporter, mco-extender.
+# The one MCO image the Helm chart runs: mco-exporter, mco-rulegen, mco-reporter, mco-extender
+# (and kubectl-mco, the kubectl plugin, for a debugging pod).
 #
 #   docker build -t ghcr.io/mco-io/mco:0.1.0 .        # where a registry serves debian:bookworm-slim
 #   make image                                         # here: base built with mmdebstrap (docs/helm.md)
@@ -41,6 +42,7 @@ COPY exporter ./exporter
 COPY rulegen ./rulegen
 COPY reporter ./reporter
 COPY extender ./extender
+COPY kubectl_mco ./kubectl_mco
 RUN --mount=type=secret,id=pip-ca \
     if [ -f /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
  && /opt/mco/bin/pip install --no-cache-dir --disable-pip-version-check \

@@ -47,8 +47,11 @@ class PodRun:
     binds: list[tuple[Path, str, bool]] = field(default_factory=list)
 
     def with_args(self, *extra: str) -> PodRun:
-        """The same container with arguments appended (argparse: the last value wins)."""
-        return self.running(*self.command, *extra)
+        """The same container with arguments appended; an appended ``--flag=value`` replaces
+        the chart's ``--flag=...`` (a repeatable flag such as --prometheus-url would add)."""
+        names = {arg.split("=", 1)[0] for arg in extra if arg.startswith("--") and "=" in arg}
+        kept = [a for a in self.command if not (a.startswith("--") and a.split("=", 1)[0] in names)]
+        return self.running(*kept, *extra)
 
     def running(self, *command: str) -> PodRun:
         """Another command in the same container: same user, mounts and restrictions."""
