@@ -141,9 +141,7 @@ def signals(demands: Sequence[Demand], model: Model | None = None) -> Signals:
         psi_memory_some=m.psi_memory_some(ws),
         psi_memory_full=m.psi_memory_full(ws),
         llc_miss_ratio=llc_miss_ratio(sum(d.cache_mb for d in demands)),
-        memory_available_ratio=max(
-            0.0, 1 - min(1.0, sum(d.memory for d in demands) / NODE_MEMORY)
-        ),
+        memory_available_ratio=max(0.0, 1 - min(1.0, sum(d.memory for d in demands) / NODE_MEMORY)),
     )
 
 

@@ -56,13 +56,14 @@ def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
     """Online pods arrive over the first 80 % and stay; batch arrives steadily and in bursts.
 
     Rates scale with the node count so a small cluster is as loaded as a large one: about 2
-    online pods per node, and 4 steady batch pods per node over the trace, each living 20-50 %
-    of it (about 1.4 running per node at a time), plus the bursts.
+    online pods per node, and 12 steady batch pods per node over the trace, each living 20-50 %
+    of it (about 4 running per node at a time, so a node often holds three aggressors of one
+    kind: what triggers a detection), plus the bursts.
     """
     rng = random.Random(seed)
     pods: list[PodSpec] = []
     online_rate = 2.0 * shape.nodes / (0.8 * shape.duration)
-    batch_rate = 4.0 * shape.nodes / (0.9 * shape.duration)
+    batch_rate = 12.0 * shape.nodes / (0.9 * shape.duration)
     t = 0.0
     while (t := t + rng.expovariate(online_rate)) < 0.8 * shape.duration:
         profile = rng.choice(sorted(ONLINE_PROFILES))
