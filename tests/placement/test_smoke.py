@@ -19,7 +19,7 @@ pytestmark = [
 
 def test_smoke_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results.json"
-    flags = ["--nodes", "3", "--duration", "40", "--burst-every", "15", "--seed", "5"]
+    flags = ["--nodes", "3", "--duration", "40", "--burst-every", "15", "--seed", "5", "--quick"]
     code = run.main([*flags, "--workdir", str(tmp_path / "work"), "--json", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
     last = re.fullmatch(
