@@ -9,6 +9,7 @@ policies from.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,18 @@ def hysteresis_available() -> bool:
     return "holdFor" in default_spec()["hardConstraints"]
 
 
+def extender_has_flag(flag: str) -> bool:
+    """Whether this checkout's mco-extender takes ``flag`` (its public --help)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "extender", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
+    return flag in out
+
+
 def config_spec(*, reservation: bool, hysteresis: bool) -> dict[str, Any]:
     """The shipped config, with reservation and hysteresis switched off where asked."""
     spec = default_spec()
@@ -45,7 +58,13 @@ def config_spec(*, reservation: bool, hysteresis: bool) -> dict[str, Any]:
 
 class Pipeline:
     def __init__(
-        self, name: str, workdir: Path, spec: dict[str, Any], target: str, path: str
+        self,
+        name: str,
+        workdir: Path,
+        spec: dict[str, Any],
+        target: str,
+        path: str,
+        extender_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.workdir = workdir
@@ -87,6 +106,7 @@ class Pipeline:
                 f"--web.listen-address=127.0.0.1:{self.extender_port}",
                 f"--report-file={self.report_path}",
                 "--report-poll-interval=250ms",
+                *extender_args,
             ],
             name=f"mco-extender-{name}",
             log_path=workdir / "extender.log",

@@ -28,10 +28,22 @@ from typing import Any
 
 import aiohttp
 
+from bench.placement import kubeapi
 from bench.placement.cluster import Cluster
 from bench.placement.model import Signals, inflation, signals
-from bench.placement.pipeline import Pipeline, config_spec, hysteresis_available
-from bench.placement.scheduler import DefaultScheduler, KubeExtender, Scheduler, VolcanoExtender
+from bench.placement.pipeline import (
+    Pipeline,
+    config_spec,
+    extender_has_flag,
+    hysteresis_available,
+)
+from bench.placement.scheduler import (
+    DefaultScheduler,
+    KubeExtender,
+    Scheduler,
+    VolcanoExtender,
+    uid,
+)
 from bench.placement.target import LiveFleet, serving
 from bench.placement.trace import PodSpec, TraceShape, generate
 
@@ -74,6 +86,7 @@ class Run:
     pipeline: Pipeline
     rng: random.Random
     arrivals: list[PodSpec]
+    pods_api: kubeapi.PodStore | None = None  # where bindings are published (kube + watch)
     retry_at: dict[str, float] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
@@ -107,6 +120,8 @@ async def step(run: Run, now: float, startup: float) -> None:
             run.finished.add(name)
             c.finish(p)
             changed.add(p.node)
+            if run.pods_api is not None:
+                run.pods_api.delete(uid(c, p.pod))
     still: list[PodSpec] = []
     for pod in c.pending:
         if run.retry_at.get(pod.name, 0.0) > now:
@@ -120,6 +135,8 @@ async def step(run: Run, now: float, startup: float) -> None:
             still.append(pod)
         else:
             c.bind(pod, node, now, startup)
+            if run.pods_api is not None:
+                run.pods_api.bind(pod, uid(c, pod), node, time.time())
     c.pending = still
     for node in changed:
         run.fleet.set(node, c.nodes[node].signals())
@@ -234,7 +251,11 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
     fleets = {"basic": LiveFleet(), "full": LiveFleet()}
     hysteresis = hysteresis_available()
     print(f"hysteresis fields in this checkout: {'yes' if hysteresis else 'no'}", flush=True)
-    with serving(fleets) as port:
+    watch = extender_has_flag("--watch-pods")
+    print(f"extender pod watch (--watch-pods): {'yes' if watch else 'no'}", flush=True)
+    pods_api = kubeapi.PodStore()
+    with serving(fleets) as port, kubeapi.serving(pods_api, root) as kubeconfig:
+        watch_args = ("--watch-pods", f"--kubeconfig={kubeconfig}") if watch else ()
         pipelines = {
             name: Pipeline(
                 name,
@@ -242,6 +263,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 config_spec(reservation=name == "full", hysteresis=name == "full"),
                 f"127.0.0.1:{port}",
                 f"/{name}",
+                watch_args if name == "full" else (),
             )
             for name in fleets
         }
@@ -288,6 +310,9 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                             pipelines[policy.pipeline],
                             random.Random(args.seed),
                             list(trace),
+                            pods_api
+                            if watch and protocol == "kube" and policy.reservation
+                            else None,
                         )
                     )
                 cpu0 = {n: p.cpu_seconds() for n, p in pipelines.items()}

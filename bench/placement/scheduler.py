@@ -57,6 +57,10 @@ class _Timed:
         raise NotImplementedError
 
 
+def uid(cluster: Cluster, pod: PodSpec) -> str:
+    return f"{cluster.name}-{pod.name}"
+
+
 def feasible(cluster: Cluster, pod: PodSpec) -> list[str]:
     return [n.name for n in cluster.nodes.values() if n.fits(pod)]
 
@@ -89,7 +93,7 @@ class KubeExtender(_Timed):
         names = feasible(cluster, pod)
         if not names:
             return None
-        obj = wire.pod_object(pod)
+        obj = wire.pod_object(pod, uid=uid(cluster, pod))
         result = await self._post("filter", {"Pod": obj, "NodeNames": names})
         names = result.get("NodeNames") or []
         if not names:
@@ -116,7 +120,7 @@ class VolcanoExtender(_Timed):
     def _node_info(self, cluster: Cluster, name: str) -> dict[str, Any]:
         node = cluster.nodes[name]
         tasks = [
-            wire.task_info(p, name, wire.BOUND)
+            wire.task_info(p, name, wire.BOUND, uid(cluster, p))
             for p in node.placed.values()
             if p.name not in node.running
         ]
@@ -138,7 +142,7 @@ class VolcanoExtender(_Timed):
         names = feasible(cluster, pod)
         if not names:
             return None
-        task = wire.task_info(pod)
+        task = wire.task_info(pod, uid=uid(cluster, pod))
         names = await self._predicates(cluster, task, names)
         if not names:
             return None
@@ -148,5 +152,6 @@ class VolcanoExtender(_Timed):
         scores = {n: cluster.nodes[n].least_allocated(pod) + extra.get(n, 0.0) for n in names}
         chosen = pick(scores, rng)
         if self.allocate:
-            await self._post("allocate", {"task": wire.task_info(pod, chosen, wire.ALLOCATED)})
+            task = wire.task_info(pod, chosen, wire.ALLOCATED, uid(cluster, pod))
+            await self._post("allocate", {"task": task})
         return chosen

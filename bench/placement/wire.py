@@ -12,13 +12,14 @@ Json = dict[str, Any]
 ALLOCATED, BOUND, RUNNING = 2, 16, 32
 
 
-def pod_object(pod: PodSpec, node: str = "") -> Json:
+def pod_object(pod: PodSpec, node: str = "", uid: str = "") -> Json:
+    """``uid`` tells apart the same trace pod in different clusters (reservations key on it)."""
     cpu_m, mem_mi = int(pod.demand.cpu * 1000), int(pod.demand.memory * 1024)
     return {
         "metadata": {
             "name": pod.name,
             "namespace": "bench",
-            "uid": f"uid-{pod.name}",
+            "uid": uid or f"uid-{pod.name}",
             "labels": pod.labels,
             "annotations": {},
         },
@@ -35,10 +36,10 @@ def pod_object(pod: PodSpec, node: str = "") -> Json:
     }
 
 
-def task_info(pod: PodSpec, node: str = "", status: int = 1) -> Json:
+def task_info(pod: PodSpec, node: str = "", status: int = 1, uid: str = "") -> Json:
     req = {"MilliCPU": pod.demand.cpu * 1000, "Memory": pod.demand.memory * 2**30}
     return {
-        "UID": f"uid-{pod.name}",
+        "UID": uid or f"uid-{pod.name}",
         "Job": f"bench/{pod.name}",
         "Name": pod.name,
         "Namespace": "bench",
@@ -47,7 +48,7 @@ def task_info(pod: PodSpec, node: str = "", status: int = 1) -> Json:
         "NodeName": node,
         "Status": status,
         "Priority": 0,
-        "Pod": pod_object(pod, node),
+        "Pod": pod_object(pod, node, uid),
     }
 
 

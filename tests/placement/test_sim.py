@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
+import yaml
 
-from bench.placement import target
+from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand, signals
 from bench.placement.trace import PodSpec, TraceShape, generate
@@ -76,3 +79,30 @@ def test_live_target_serves_each_fleet_at_its_path() -> None:
         a = requests.get(f"http://127.0.0.1:{port}/a", timeout=5)
         assert 'node="na"' in a.text and 'node="nb"' not in a.text
         assert requests.get(f"http://127.0.0.1:{port}/x", timeout=5).status_code == 404
+
+
+def test_pods_api_lists_then_watches_from_the_lists_version(tmp_path) -> None:
+    store = kubeapi.PodStore()
+    pod = _pod("p1", 1.0)
+    store.bind(pod, "c1-p1", "n-0001", at=1_764_600_000.0)
+    with kubeapi.serving(store, tmp_path) as kubeconfig:
+        server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        listing = requests.get(f"{server}/api/v1/pods", timeout=5).json()
+        assert [p["metadata"]["uid"] for p in listing["items"]] == ["c1-p1"]
+        assert listing["items"][0]["spec"]["nodeName"] == "n-0001"
+        scheduled = listing["items"][0]["status"]["conditions"][0]
+        assert scheduled["type"] == "PodScheduled"
+        assert scheduled["lastTransitionTime"] == "2025-12-01T14:40:00Z"
+        rv = listing["metadata"]["resourceVersion"]
+        store.bind(_pod("p2", 1.0), "c1-p2", "n-0002", at=1_764_600_001.0)
+        store.delete("c1-p1")
+        watch = requests.get(
+            f"{server}/api/v1/pods",
+            params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "1"},
+            timeout=5,
+        )
+        events = [json.loads(line) for line in watch.text.splitlines()]
+        assert [(e["type"], e["object"]["metadata"]["uid"]) for e in events] == [
+            ("ADDED", "c1-p2"),
+            ("DELETED", "c1-p1"),
+        ]
