@@ -51,8 +51,8 @@ def config_spec(*, reservation: bool, hysteresis: bool) -> dict[str, Any]:
             policy["reservationPerPod"] = 0.0
     hard = spec["hardConstraints"]
     if "holdFor" in hard and not hysteresis:
-        hard["holdFor"] = "0s"
-        hard["clearAfter"] = "0s"
+        # The shortest hold there is: one evaluation, i.e. the raw comparison.
+        hard["holdFor"] = hard["clearAfter"] = spec["evaluationInterval"]
     return spec
 
 
