@@ -1,0 +1,90 @@
+"""A simulated cluster: nodes with capacity, pods placed on them, and their contention.
+
+What kube-scheduler's cache holds (requests per node, for resource fit and LeastAllocated)
+and what the contention model needs (the demands of the pods running on each node).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from bench.placement.model import NODE_CPU, NODE_MEMORY, Demand, Signals, signals
+from bench.placement.trace import PodSpec
+
+
+@dataclass
+class Node:
+    name: str
+    cpu: float = 0.0  # requested
+    memory: float = 0.0
+    placed: dict[str, PodSpec] = field(default_factory=dict)  # bound, maybe not started
+    running: dict[str, PodSpec] = field(default_factory=dict)  # started: part of the load
+
+    def fits(self, pod: PodSpec) -> bool:
+        return (
+            self.cpu + pod.demand.cpu <= NODE_CPU and self.memory + pod.demand.memory <= NODE_MEMORY
+        )
+
+    def least_allocated(self, pod: PodSpec) -> float:
+        """kube-scheduler's NodeResourcesFit LeastAllocated score (cpu and memory, weight 1
+        each), 0-100, for the node with the pod on it."""
+        cpu = (NODE_CPU - self.cpu - pod.demand.cpu) * 100 / NODE_CPU
+        memory = (NODE_MEMORY - self.memory - pod.demand.memory) * 100 / NODE_MEMORY
+        return (cpu + memory) / 2
+
+    def signals(self) -> Signals:
+        return signals([p.demand for p in self.running.values()])
+
+
+@dataclass
+class Placement:
+    pod: PodSpec
+    node: str
+    bound_at: float
+    starts_at: float
+    ends_at: float
+
+
+class Cluster:
+    def __init__(self, name: str, prefix: str, size: int) -> None:
+        self.name = name
+        self.nodes = {n: Node(n) for n in (f"{prefix}-{i:04d}" for i in range(size))}
+        self.pending: list[PodSpec] = []
+        self.placements: dict[str, Placement] = {}
+        self.attempts = 0
+        self.unschedulable_attempts = 0
+
+    def bind(self, pod: PodSpec, node: str, now: float, startup: float) -> Placement:
+        n = self.nodes[node]
+        n.cpu += pod.demand.cpu
+        n.memory += pod.demand.memory
+        n.placed[pod.name] = pod
+        placement = Placement(pod, node, now, now + startup, now + startup + pod.lifetime)
+        self.placements[pod.name] = placement
+        return placement
+
+    def start(self, placement: Placement) -> None:
+        self.nodes[placement.node].running[placement.pod.name] = placement.pod
+
+    def finish(self, placement: Placement) -> None:
+        n = self.nodes[placement.node]
+        pod = placement.pod
+        n.cpu -= pod.demand.cpu
+        n.memory -= pod.demand.memory
+        n.placed.pop(pod.name, None)
+        n.running.pop(pod.name, None)
+
+    def herding(self, burst_size: int) -> float:
+        """Most pods of one burst on one node, over an even spread (ceil(burst / nodes))."""
+        even = -(-burst_size // len(self.nodes))
+        per_burst: dict[int, Counter[str]] = {}
+        for p in self.placements.values():
+            if p.pod.burst is not None:
+                per_burst.setdefault(p.pod.burst, Counter())[p.node] += 1
+        most = max((c.most_common(1)[0][1] for c in per_burst.values()), default=0)
+        return most / even
+
+
+def demands(node: Node) -> list[Demand]:
+    return [p.demand for p in node.running.values()]

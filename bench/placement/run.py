@@ -1,0 +1,378 @@
+"""`make bench BENCH_ARGS=placement`: do MCO's placements keep online pods off interfered nodes?
+
+One seeded trace of online and batch pods is scheduled, in real time, onto several simulated
+clusters at once, one per (policy set, protocol). Each cluster's node signals come from the
+contention model (docs/placement-model.md) and are served as mco-exporter series to a real
+Prometheus evaluating the generated rules; the real mco-reporter writes the report and the real
+mco-extender answers the scheduler. Exposure is read back from that pipeline (the extender's
+/v1/nodes: which detections are triggered on each node); latency inflation from the model.
+Targets: exposure(MCO, everything on) / exposure(no extender) <= 0.5 and herding <= 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.placement import kubeapi
+from bench.placement.cluster import Cluster
+from bench.placement.model import Signals, inflation, signals
+from bench.placement.pipeline import (
+    Pipeline,
+    config_spec,
+    extender_has_flag,
+    hysteresis_available,
+)
+from bench.placement.scheduler import (
+    DefaultScheduler,
+    KubeExtender,
+    Scheduler,
+    VolcanoExtender,
+    uid,
+)
+from bench.placement.target import LiveFleet, serving
+from bench.placement.trace import PodSpec, TraceShape, generate
+
+EXPOSURE_TARGET = 0.5
+HERDING_TARGET = 2.0
+DETECTION_OF = {"io": "io_congestion", "memory": "memory_pressure", "cache": "cache_pollution"}
+TICK = 0.5
+RETRY_AFTER = 5.0  # an unschedulable pod is tried again after this (kube's backoff: 1-10 s)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """What the scheduler runs with. MCO's settings become a DetectionRuleConfig."""
+
+    name: str
+    extender: bool
+    reservation: bool = False
+    hysteresis: bool = False
+
+    @property
+    def pipeline(self) -> str:
+        # The default scheduler's nodes are observed by a pipeline without MCO's extras.
+        return "full" if self.reservation or self.hysteresis else "basic"
+
+
+POLICY_SETS = (
+    PolicySet("default", extender=False),
+    PolicySet("mco-basic", extender=True),
+    PolicySet("mco-full", extender=True, reservation=True, hysteresis=True),
+)
+
+
+@dataclass
+class Run:
+    policy: PolicySet
+    protocol: str
+    cluster: Cluster
+    scheduler: Scheduler
+    fleet: LiveFleet
+    pipeline: Pipeline
+    rng: random.Random
+    arrivals: list[PodSpec]
+    pods_api: kubeapi.PodStore | None = None  # where bindings are published (kube + watch)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    online_seconds: float = 0.0
+    exposed_seconds: float = 0.0
+    inflations: list[float] = field(default_factory=list)
+    flips: int = 0
+    last_schedulable: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy.name}/{self.protocol}"
+
+
+def idle() -> Signals:
+    return signals([])
+
+
+async def step(run: Run, now: float, startup: float) -> None:
+    c = run.cluster
+    while run.arrivals and run.arrivals[0].arrival <= now:
+        c.pending.append(run.arrivals.pop(0))
+    changed: set[str] = set()
+    for p in list(c.placements.values()):
+        name = p.pod.name
+        if name not in run.started and p.starts_at <= now:
+            run.started.add(name)
+            c.start(p)
+            changed.add(p.node)
+        if name not in run.finished and p.ends_at <= now:
+            run.finished.add(name)
+            c.finish(p)
+            changed.add(p.node)
+            if run.pods_api is not None:
+                run.pods_api.delete(uid(c, p.pod))
+    still: list[PodSpec] = []
+    for pod in c.pending:
+        if run.retry_at.get(pod.name, 0.0) > now:
+            still.append(pod)
+            continue
+        c.attempts += 1
+        node = await run.scheduler.place(c, pod, run.rng)
+        if node is None:
+            c.unschedulable_attempts += 1
+            run.retry_at[pod.name] = now + RETRY_AFTER
+            still.append(pod)
+        else:
+            c.bind(pod, node, now, startup)
+            if run.pods_api is not None:
+                run.pods_api.bind(pod, uid(c, pod), node, time.time())
+    c.pending = still
+    for node in changed:
+        run.fleet.set(node, c.nodes[node].signals())
+
+
+def observe(runs: list[Run], views: dict[str, dict[str, dict[str, Any]]], dt: float) -> None:
+    """One second of exposure, inflation and flips, from what the pipelines show."""
+    for run in runs:
+        view = views[run.policy.pipeline]
+        for name, node in run.cluster.nodes.items():
+            entry = view.get(name)
+            if entry is None:
+                continue
+            schedulable = bool(entry["schedulable"])
+            last = run.last_schedulable.get(name)
+            if last is not None and last != schedulable:
+                run.flips += 1
+            run.last_schedulable[name] = schedulable
+            if not node.running:
+                continue
+            sig = node.signals()
+            for pod in node.running.values():
+                if not pod.online:
+                    continue
+                run.online_seconds += dt
+                state = (entry.get("detections") or {}).get(DETECTION_OF[pod.profile]) or {}
+                if state.get("triggered"):
+                    run.exposed_seconds += dt
+                run.inflations.append(inflation(pod.profile, sig))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+@contextlib.contextmanager
+def workdir(path: Path | None) -> Iterator[Path]:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="mco-placement-") as tmp:
+        yield Path(tmp)
+
+
+def summary(runs: list[Run], shape: TraceShape, cpu: dict[str, float]) -> list[dict[str, Any]]:
+    rows = []
+    decisions_by_pipeline: dict[str, int] = {}
+    for run in runs:
+        if run.policy.extender:
+            key = run.policy.pipeline
+            decisions_by_pipeline[key] = decisions_by_pipeline.get(key, 0) + run.scheduler.decisions
+    for run in runs:
+        c = run.cluster
+        placed = len(c.placements)
+        cpu_per = (
+            cpu[run.policy.pipeline] / decisions_by_pipeline[run.policy.pipeline] * 1e3
+            if run.policy.extender and decisions_by_pipeline.get(run.policy.pipeline)
+            else None
+        )
+        rows.append(
+            {
+                "run": run.label,
+                "exposure": run.exposed_seconds / run.online_seconds
+                if run.online_seconds
+                else math.nan,
+                "online_pod_seconds": round(run.online_seconds),
+                "p99_inflation": percentile(run.inflations, 0.99),
+                "mean_inflation": sum(run.inflations) / len(run.inflations)
+                if run.inflations
+                else math.nan,
+                "herding": c.herding(shape.burst_size),
+                "flips": run.flips,
+                "placed": placed,
+                "pending": len(c.pending) + len(run.arrivals),
+                "pending_online": sum(p.online for p in [*c.pending, *run.arrivals]),
+                "unschedulable_attempts": c.unschedulable_attempts,
+                "decision_ms": run.scheduler.seconds / max(run.scheduler.decisions, 1) * 1e3,
+                "extender_cpu_ms": cpu_per,
+            }
+        )
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.3g}"
+    return str(v)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for row in rows:
+        print(" | ".join(_fmt(row[c]) for c in cols))
+
+
+async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    shape = TraceShape(args.duration, args.nodes, burst_every=args.burst_every)
+    trace = generate(shape, args.seed)
+    print(
+        f"trace: {len(trace)} pods over {shape.duration:.0f}s "
+        f"({sum(p.online for p in trace)} online), seed {args.seed}",
+        flush=True,
+    )
+    fleets = {"basic": LiveFleet(), "full": LiveFleet()}
+    hysteresis = hysteresis_available()
+    print(f"hysteresis fields in this checkout: {'yes' if hysteresis else 'no'}", flush=True)
+    watch = extender_has_flag("--watch-pods")
+    print(f"extender pod watch (--watch-pods): {'yes' if watch else 'no'}", flush=True)
+    pods_api = kubeapi.PodStore()
+    with serving(fleets) as port, kubeapi.serving(pods_api, root) as kubeconfig:
+        watch_args = ("--watch-pods", f"--kubeconfig={kubeconfig}") if watch else ()
+        pipelines = {
+            name: Pipeline(
+                name,
+                root / name,
+                config_spec(reservation=name == "full", hysteresis=name == "full"),
+                f"127.0.0.1:{port}",
+                f"/{name}",
+                watch_args if name == "full" else (),
+            )
+            for name in fleets
+        }
+        layout = [("default", "none")] + [
+            (p, proto) for p in ("mco-basic", "mco-full") for proto in args.protocols
+        ]
+        policies = {p.name: p for p in POLICY_SETS}
+        clusters = []
+        for i, (policy_name, protocol) in enumerate(layout):
+            prefix = f"{policy_name.replace('mco-', '')[:4]}-{protocol[:4]}"
+            clusters.append((policies[policy_name], protocol, Cluster(f"c{i}", prefix, args.nodes)))
+        for policy, _, cluster in clusters:
+            for node in cluster.nodes:
+                fleets[policy.pipeline].set(node, idle())
+        try:
+            for p in pipelines.values():
+                p.start()
+            for name, p in pipelines.items():
+                count = sum(len(c.nodes) for pol, _, c in clusters if pol.pipeline == name)
+                p.wait_fresh(count, timeout=120)
+            allocate = pipelines["full"].has_route("/volcano/allocate")
+            print(f"volcano allocate verb served: {'yes' if allocate else 'no'}", flush=True)
+            timeout = aiohttp.ClientTimeout(total=30)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                runs = []
+                for policy, protocol, cluster in clusters:
+                    url = pipelines[policy.pipeline].extender_url
+                    scheduler: Scheduler
+                    if protocol == "none":
+                        scheduler = DefaultScheduler()
+                    elif protocol == "kube":
+                        scheduler = KubeExtender(session, url)
+                    else:
+                        scheduler = VolcanoExtender(
+                            session, url, allocate=allocate and policy.reservation
+                        )
+                    runs.append(
+                        Run(
+                            policy,
+                            protocol,
+                            cluster,
+                            scheduler,
+                            fleets[policy.pipeline],
+                            pipelines[policy.pipeline],
+                            random.Random(args.seed),
+                            list(trace),
+                            pods_api
+                            if watch and protocol == "kube" and policy.reservation
+                            else None,
+                        )
+                    )
+                cpu0 = {n: p.cpu_seconds() for n, p in pipelines.items()}
+                t0 = time.monotonic()
+                next_observe = 1.0
+                last_progress = 0.0
+                while (now := time.monotonic() - t0) < shape.duration:
+                    for run in runs:
+                        await step(run, now, args.startup)
+                    if now >= next_observe:
+                        views = {n: {e["name"]: e for e in p.nodes()} for n, p in pipelines.items()}
+                        observe(runs, views, 1.0)
+                        next_observe += 1.0
+                    if now - last_progress >= 30:
+                        last_progress = now
+                        placed = ", ".join(f"{r.label} {len(r.cluster.placements)}" for r in runs)
+                        print(f"  t={now:4.0f}s placed: {placed}", flush=True)
+                    await asyncio.sleep(max(0.0, TICK - (time.monotonic() - t0 - now)))
+                cpu = {n: p.cpu_seconds() - cpu0[n] for n, p in pipelines.items()}
+                return summary(runs, shape, cpu)
+        finally:
+            for p in pipelines.values():
+                p.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench BENCH_ARGS=placement", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="20 nodes, 150 s of trace")
+    parser.add_argument("--nodes", type=int, help="nodes per cluster (default 200; quick 20)")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--duration", type=float, help="seconds of trace (default 600; quick 150)")
+    parser.add_argument("--burst-every", type=float, help="seconds between bursts")
+    parser.add_argument("--startup", type=float, default=5.0, help="pod start-up delay, seconds")
+    parser.add_argument(
+        "--protocols",
+        help="extender protocols to run (default kube,volcano with --quick, else kube: Volcano "
+        "asks once per (pod, node), more than 2 CPUs answer in real time at 200 nodes)",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep logs and configs here")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    args.nodes = args.nodes or (20 if args.quick else 200)
+    args.duration = args.duration or (150.0 if args.quick else 600.0)
+    args.burst_every = args.burst_every or (40.0 if args.quick else 60.0)
+    protocols = args.protocols or ("kube,volcano" if args.quick else "kube")
+    args.protocols = [p for p in protocols.split(",") if p]
+    with workdir(args.workdir) as root:
+        rows = asyncio.run(simulate(args, root))
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    by = {r["run"]: r for r in rows}
+    mco = by.get("mco-full/kube") or by[next(r for r in by if r.startswith("mco-full"))]
+    base = by["default/none"]["exposure"]
+    # No exposure under the default scheduler: the trace caused no interference, nothing shown.
+    ratio = mco["exposure"] / base if base > 0 else (1.0 if mco["exposure"] == 0 else math.inf)
+    herding = mco["herding"]
+    print(f"placement: exposure mco/default = {ratio:.2f}, herding max/even = {herding:.2f}")
+    return 0 if ratio <= EXPOSURE_TARGET and herding <= HERDING_TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Scheduling one pending pod, as kube-scheduler's framework and Volcano's session do it.
+
+kube-scheduler: resource fit, then the extender's filter, then per node the LeastAllocated
+score plus the extender's 0-10 priority times ``weight x 10`` (MaxNodeScore /
+MaxExtenderPriority); the highest total wins, ties broken at random (seeded). Volcano: resource
+fit, the extender's predicate for each remaining node (16 at a time, as Volcano does), its
+prioritize over the survivors added unweighted to the LeastAllocated score, then allocate (when
+the extender serves the verb).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import aiohttp
+
+from bench.placement import wire
+from bench.placement.cluster import Cluster
+from bench.placement.trace import PodSpec
+
+PREDICATE_CONCURRENCY = 16
+
+
+def pick(scores: dict[str, float], rng: random.Random) -> str:
+    best = max(scores.values())
+    return rng.choice(sorted(n for n, s in scores.items() if s == best))
+
+
+class Scheduler(Protocol):
+    protocol: str
+    decisions: int
+    seconds: float
+
+    async def place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None: ...
+
+
+class _Timed:
+    protocol = ""
+
+    def __init__(self) -> None:
+        self.decisions = 0
+        self.seconds = 0.0
+
+    async def place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
+        start = time.perf_counter()
+        try:
+            return await self._place(cluster, pod, rng)
+        finally:
+            self.decisions += 1
+            self.seconds += time.perf_counter() - start
+
+    async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
+        raise NotImplementedError
+
+
+def uid(cluster: Cluster, pod: PodSpec) -> str:
+    return f"{cluster.name}-{pod.name}"
+
+
+def feasible(cluster: Cluster, pod: PodSpec) -> list[str]:
+    return [n.name for n in cluster.nodes.values() if n.fits(pod)]
+
+
+class DefaultScheduler(_Timed):
+    """No extender: resource fit and LeastAllocated only."""
+
+    protocol = "none"
+
+    async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
+        names = feasible(cluster, pod)
+        if not names:
+            return None
+        return pick({n: int(cluster.nodes[n].least_allocated(pod)) for n in names}, rng)
+
+
+class KubeExtender(_Timed):
+    protocol = "kube"
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, weight: int = 1) -> None:
+        super().__init__()
+        self.session, self.url, self.weight = session, url, weight
+
+    async def _post(self, verb: str, body: Any) -> Any:
+        async with self.session.post(f"{self.url}/scheduler/{verb}", json=body) as response:
+            response.raise_for_status()
+            return await response.json()
+
+    async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
+        names = feasible(cluster, pod)
+        if not names:
+            return None
+        obj = wire.pod_object(pod, uid=uid(cluster, pod))
+        result = await self._post("filter", {"Pod": obj, "NodeNames": names})
+        names = result.get("NodeNames") or []
+        if not names:
+            return None
+        scores = {n: float(int(cluster.nodes[n].least_allocated(pod))) for n in names}
+        if len(names) > 1:
+            for entry in await self._post("prioritize", {"Pod": obj, "NodeNames": names}):
+                scores[entry["Host"]] += entry["Score"] * self.weight * 10
+        return pick(scores, rng)
+
+
+class VolcanoExtender(_Timed):
+    protocol = "volcano"
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, *, allocate: bool) -> None:
+        super().__init__()
+        self.session, self.url, self.allocate = session, url, allocate
+
+    async def _post(self, verb: str, body: Any) -> Any:
+        async with self.session.post(f"{self.url}/volcano/{verb}", json=body) as response:
+            response.raise_for_status()
+            return await response.json()
+
+    def _node_info(self, cluster: Cluster, name: str) -> dict[str, Any]:
+        node = cluster.nodes[name]
+        tasks = [
+            wire.task_info(p, name, wire.BOUND, uid(cluster, p))
+            for p in node.placed.values()
+            if p.name not in node.running
+        ]
+        return wire.node_info(name, tasks)
+
+    async def _predicates(self, cluster: Cluster, task: Any, names: Sequence[str]) -> list[str]:
+        gate = asyncio.Semaphore(PREDICATE_CONCURRENCY)
+
+        async def one(name: str) -> bool:
+            async with gate:
+                body = {"task": task, "node": self._node_info(cluster, name)}
+                result = await self._post("predicate", body)
+                return not result.get("status")
+
+        passed = await asyncio.gather(*(one(n) for n in names))
+        return [n for n, ok in zip(names, passed, strict=True) if ok]
+
+    async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
+        names = feasible(cluster, pod)
+        if not names:
+            return None
+        task = wire.task_info(pod, uid=uid(cluster, pod))
+        names = await self._predicates(cluster, task, names)
+        if not names:
+            return None
+        nodes = [self._node_info(cluster, n) for n in names]
+        result = await self._post("prioritize", {"task": task, "nodes": nodes})
+        extra = result.get("nodeScore") or {}
+        scores = {n: cluster.nodes[n].least_allocated(pod) + extra.get(n, 0.0) for n in names}
+        chosen = pick(scores, rng)
+        if self.allocate:
+            task = wire.task_info(pod, chosen, wire.ALLOCATED, uid(cluster, pod))
+            await self._post("allocate", {"task": task})
+        return chosen

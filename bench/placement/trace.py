@@ -1,0 +1,110 @@
+"""The seeded pod trace every policy sees: online pods and batch pods, a stream and bursts."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from bench.placement.model import Demand
+
+WORKLOAD_CLASS = "mco.io/workload-class"
+
+# Batch profiles: the aggressors. io in stress-ng --hdd writers (one saturates this VM's
+# disk), cache in MB of LLC footprint, page cache in GiB beyond the request.
+BATCH_PROFILES: dict[str, Demand] = {
+    "io-heavy": Demand(cpu=1.0, memory=2.0, io=1.0, cache_mb=2.0),
+    "cache-heavy": Demand(cpu=2.0, memory=2.0, io=0.02, cache_mb=20.0),
+    "memory-heavy": Demand(cpu=1.0, memory=6.0, io=0.05, cache_mb=4.0, page_cache_gib=12.0),
+}
+# Online pods: small, and each sensitive to the one resource its profile names.
+ONLINE_PROFILES: dict[str, Demand] = {
+    "io": Demand(cpu=0.5, memory=1.0, io=0.01, cache_mb=1.0),
+    "cache": Demand(cpu=0.5, memory=1.0, cache_mb=2.0),
+    "memory": Demand(cpu=0.5, memory=1.0, cache_mb=1.0, page_cache_gib=0.2),
+}
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    name: str
+    arrival: float  # seconds after the trace starts
+    lifetime: float
+    workload_class: str  # latency-sensitive | batch
+    profile: str
+    demand: Demand
+    burst: int | None = None  # which burst it came in, if any
+
+    @property
+    def online(self) -> bool:
+        return self.workload_class == "latency-sensitive"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {WORKLOAD_CLASS: self.workload_class, "bench/profile": self.profile}
+
+
+@dataclass(frozen=True)
+class TraceShape:
+    duration: float
+    nodes: int
+    burst_size: int = 30
+    burst_span: float = 2.0
+    burst_every: float = 60.0
+
+
+def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
+    """Online pods arrive over the first 80 % and stay; batch arrives steadily and in bursts.
+
+    Rates scale with the node count so a small cluster is as loaded as a large one: about 2
+    online pods per node, and 12 steady batch pods per node over the trace, each living 20-50 %
+    of it (about 4 running per node at a time, so a node often holds three aggressors of one
+    kind: what triggers a detection), plus the bursts.
+    """
+    rng = random.Random(seed)
+    pods: list[PodSpec] = []
+    online_rate = 2.0 * shape.nodes / (0.8 * shape.duration)
+    batch_rate = 12.0 * shape.nodes / (0.9 * shape.duration)
+    t = 0.0
+    while (t := t + rng.expovariate(online_rate)) < 0.8 * shape.duration:
+        profile = rng.choice(sorted(ONLINE_PROFILES))
+        pods.append(
+            PodSpec(
+                f"online-{len(pods)}",
+                t,
+                rng.uniform(2, 4) * shape.duration,  # outlives the trace
+                "latency-sensitive",
+                profile,
+                ONLINE_PROFILES[profile],
+            )
+        )
+    t = 0.1 * shape.duration
+    while (t := t + rng.expovariate(batch_rate)) < shape.duration:
+        profile = rng.choice(sorted(BATCH_PROFILES))
+        pods.append(
+            PodSpec(
+                f"batch-{len(pods)}",
+                t,
+                rng.uniform(0.2, 0.5) * shape.duration,
+                "batch",
+                profile,
+                BATCH_PROFILES[profile],
+            )
+        )
+    burst, start = 0, 0.3 * shape.duration
+    while start < 0.9 * shape.duration:
+        profile = rng.choice(sorted(BATCH_PROFILES))
+        for _ in range(shape.burst_size):
+            pods.append(
+                PodSpec(
+                    f"burst{burst}-{len(pods)}",
+                    start + rng.uniform(0, shape.burst_span),
+                    rng.uniform(0.2, 0.4) * shape.duration,
+                    "batch",
+                    profile,
+                    BATCH_PROFILES[profile],
+                    burst,
+                )
+            )
+        burst += 1
+        start += shape.burst_every
+    return sorted(pods, key=lambda p: (p.arrival, p.name))

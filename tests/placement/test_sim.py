@@ -1,0 +1,108 @@
+"""The benchmark's simulator parts: trace, cluster bookkeeping, the live scrape target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+import yaml
+
+from bench.placement import kubeapi, target
+from bench.placement.cluster import Cluster
+from bench.placement.model import NODE_CPU, Demand, signals
+from bench.placement.trace import PodSpec, TraceShape, generate
+
+
+def test_trace_is_seeded_and_has_bursts() -> None:
+    shape = TraceShape(duration=120, nodes=10, burst_every=30)
+    a, b = generate(shape, 1), generate(shape, 1)
+    assert a == b and a != generate(shape, 2)
+    bursts: dict[int, list[PodSpec]] = {}
+    for p in a:
+        if p.burst is not None:
+            bursts.setdefault(p.burst, []).append(p)
+    assert bursts and all(len(ps) == shape.burst_size for ps in bursts.values())
+    for ps in bursts.values():
+        times = [p.arrival for p in ps]
+        assert max(times) - min(times) <= shape.burst_span
+        assert len({p.profile for p in ps}) == 1
+    assert {p.workload_class for p in a} == {"latency-sensitive", "batch"}
+    assert all(p.labels["mco.io/workload-class"] == p.workload_class for p in a)
+
+
+def _pod(name: str, cpu: float, burst: int | None = None) -> PodSpec:
+    return PodSpec(name, 0, 10, "batch", "io-heavy", Demand(cpu=cpu, memory=1, io=1), burst)
+
+
+def test_fit_least_allocated_and_contention_after_start() -> None:
+    c = Cluster("c", "n", 2)
+    n0 = c.nodes["n-0000"]
+    big = _pod("big", NODE_CPU)
+    assert n0.fits(big)
+    before = n0.least_allocated(_pod("x", 1))
+    p = c.bind(big, "n-0000", now=0, startup=5)
+    assert not n0.fits(_pod("y", 0.5))
+    assert n0.least_allocated(_pod("x", 1)) < before
+    assert n0.signals() == signals([])  # bound, not started: no load yet
+    c.start(p)
+    assert n0.signals().psi_io_some > signals([]).psi_io_some
+    c.finish(p)
+    assert n0.cpu == 0 and not n0.running and n0.signals() == signals([])
+
+
+def test_herding_is_most_of_a_burst_on_one_node_over_even() -> None:
+    c = Cluster("c", "n", 4)
+    for i in range(30):
+        c.bind(_pod(f"b{i}", 0.1, burst=0), "n-0000" if i < 12 else f"n-{1 + i % 3:04d}", 0, 0)
+    assert c.herding(30) == pytest.approx(12 / 8)
+
+
+def test_live_target_counters_keep_their_value_when_rates_change() -> None:
+    fleet = target.LiveFleet()
+    quiet, busy = signals([]), signals([Demand(io=4.0)])
+    fleet.set("n1", quiet, now=100.0)
+    name = 'mco_pressure_stalled_seconds_total{node="n1",kind="some",resource="io"}'
+    v0 = fleet.value("n1", name, 110.0)
+    fleet.set("n1", busy, now=110.0)
+    assert fleet.value("n1", name, 110.0) == pytest.approx(v0)
+    assert fleet.value("n1", name, 120.0) - v0 == pytest.approx(10 * busy.psi_io_some)
+    body = fleet.render(120.0).decode()
+    assert 'mco_node_info{node="n1"' in body and name in body
+
+
+def test_live_target_serves_each_fleet_at_its_path() -> None:
+    fleets = {"a": target.LiveFleet(), "b": target.LiveFleet()}
+    fleets["a"].set("na", signals([]))
+    fleets["b"].set("nb", signals([]))
+    with target.serving(fleets) as port:
+        a = requests.get(f"http://127.0.0.1:{port}/a", timeout=5)
+        assert 'node="na"' in a.text and 'node="nb"' not in a.text
+        assert requests.get(f"http://127.0.0.1:{port}/x", timeout=5).status_code == 404
+
+
+def test_pods_api_lists_then_watches_from_the_lists_version(tmp_path) -> None:
+    store = kubeapi.PodStore()
+    pod = _pod("p1", 1.0)
+    store.bind(pod, "c1-p1", "n-0001", at=1_764_600_000.0)
+    with kubeapi.serving(store, tmp_path) as kubeconfig:
+        server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        listing = requests.get(f"{server}/api/v1/pods", timeout=5).json()
+        assert [p["metadata"]["uid"] for p in listing["items"]] == ["c1-p1"]
+        assert listing["items"][0]["spec"]["nodeName"] == "n-0001"
+        scheduled = listing["items"][0]["status"]["conditions"][0]
+        assert scheduled["type"] == "PodScheduled"
+        assert scheduled["lastTransitionTime"] == "2025-12-01T14:40:00Z"
+        rv = listing["metadata"]["resourceVersion"]
+        store.bind(_pod("p2", 1.0), "c1-p2", "n-0002", at=1_764_600_001.0)
+        store.delete("c1-p1")
+        watch = requests.get(
+            f"{server}/api/v1/pods",
+            params={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "1"},
+            timeout=5,
+        )
+        events = [json.loads(line) for line in watch.text.splitlines()]
+        assert [(e["type"], e["object"]["metadata"]["uid"]) for e in events] == [
+            ("ADDED", "c1-p2"),
+            ("DELETED", "c1-p1"),
+        ]
