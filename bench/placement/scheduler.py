@@ -10,6 +10,7 @@ the extender serves the verb).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import random
 import time
@@ -38,7 +39,7 @@ class Scheduler(Protocol):
     async def place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None: ...
 
 
-class _Timed:
+class _Timed(abc.ABC):
     protocol = ""
 
     def __init__(self) -> None:
@@ -53,8 +54,9 @@ class _Timed:
             self.decisions += 1
             self.seconds += time.perf_counter() - start
 
+    @abc.abstractmethod
     async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
-        raise NotImplementedError
+        """The node chosen for ``pod``, or None when none fits (each scheduler its own way)."""
 
 
 def uid(cluster: Cluster, pod: PodSpec) -> str:

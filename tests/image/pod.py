@@ -62,7 +62,7 @@ class PodRun:
 
 def _field(path: str, downward: Mapping[str, str]) -> str:
     if path not in downward:
-        raise NotImplementedError(f"downward API field {path} is not filled in by this test")
+        raise KeyError(f"downward API field {path} is not filled in by this test")
     return downward[path]
 
 
@@ -124,7 +124,9 @@ def from_workload(
             host.mkdir(parents=True, exist_ok=True)
             host.chmod(0o1777)  # an emptyDir is world-writable
         else:
-            raise NotImplementedError(f"volume {mount['name']}: {sorted(volume)}")
+            raise ValueError(
+                f"volume {mount['name']} of a kind this test does not mount: {sorted(volume)}"
+            )
         binds.append((host, mount["mountPath"], read_only))
 
     return PodRun(
