@@ -354,14 +354,19 @@ def cmd_render(s: RenderSettings) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"mco-rulegen: {exc}", file=sys.stderr)
         return 1
-    if s.output == "-":
+    return _write(text, s.output)
+
+
+def _write(text: str, output: str) -> int:
+    """``text`` to stdout (``-``) or the file ``output``; 1 with one line when it cannot."""
+    if output == "-":
         sys.stdout.write(text)
-    else:
-        try:
-            Path(s.output).write_text(text)
-        except OSError as exc:
-            print(f"mco-rulegen: cannot write {s.output}: {exc.strerror}", file=sys.stderr)
-            return 1
+        return 0
+    try:
+        Path(output).write_text(text)
+    except OSError as exc:
+        print(f"mco-rulegen: cannot write {output}: {exc.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -404,15 +409,7 @@ async def cmd_recommend(command: RecommendCommand) -> int:
     if replays is not None:
         text += "# Replay over the same history, current → proposed (node-seconds):\n"
         text += "".join(f"#   {line}\n" for line in recommend.replay_table(*replays))
-    if command.output == "-":
-        sys.stdout.write(text)
-    else:
-        try:
-            Path(command.output).write_text(text)
-        except OSError as exc:
-            print(f"mco-rulegen: cannot write {command.output}: {exc.strerror}", file=sys.stderr)
-            return 1
-    return 0
+    return _write(text, command.output)
 
 
 async def cmd_rollback(command: RollbackCommand) -> int:
