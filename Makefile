@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export BCC_KERNEL_SOURCE ?= $(CURDIR)/.cache/kernel-headers
 export PYTHONUNBUFFERED := 1
 
-# `make run` knobs: STRESS=io|memory|cross-pod drives real load; ports are all configurable.
+# `make run` knobs: STRESS=io|memory|cross-pod|io-limited|io-cross-pod drives real load; ports are all configurable.
 STRESS ?=
 RUN_ARGS ?=
 
@@ -16,7 +16,7 @@ RUN_ARGS ?=
 all: test
 
 help:
-	@echo "make run        run MCO's local stack on this host (STRESS=io|memory|cross-pod adds real load)"
+	@echo "make run        run MCO's local stack on this host (STRESS=io|memory|cross-pod|io-limited|io-cross-pod adds real load)"
 	@echo "make test       set up and run the whole test suite (ruff, mypy, pytest)"
 	@echo "make lint       ruff, mypy and shellcheck only"
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"

@@ -4,10 +4,11 @@ mco-exporter reads this machine; a real Prometheus scrapes it every second and e
 generated rules; mco-reporter writes the NodeInterferenceReport to a file (the embedded default
 instead of the Kubernetes API); mco-extender serves Volcano and kube-scheduler from that file.
 Every second the terminal shows what the scheduler would see. `--stress MODE` adds real load so
-detection can be watched happening: `io` on the host; `memory` and `cross-pod` in real pod
-cgroups (``scripts.kubepods``) that the exporter's cgroup collector reads: a pod thrashing in its
-own memory limit (self-inflicted: the node stays schedulable) and a pod whose memory another pod
-takes (interference: the node is marked, the report names both). Ctrl-C stops everything; nothing is
+detection can be watched happening: `io` on the host; `memory`, `cross-pod`, `io-limited` and
+`io-cross-pod` in real pod cgroups (``scripts.kubepods``) that the exporter's cgroup collector
+reads: a pod thrashing in its own memory or I/O limit (self-inflicted: the node stays
+schedulable) and a pod whose memory or disk another pod takes (interference: the node is marked,
+the report names both). Ctrl-C stops everything; nothing is
 left running.
 
 The same `LocalStack` runs the end-to-end tests and the detection-latency benchmark.
@@ -45,6 +46,8 @@ from scripts.stress import (
     PodLoad,
     StressUnavailableError,
     cross_pod,
+    io_cross_pods,
+    io_limited_pods,
     io_stress,
     new_cgroup_root,
     self_limited_pods,
@@ -56,6 +59,8 @@ ROOT = Path(__file__).resolve().parent.parent
 POD_LOADS: Final = {
     "memory": self_limited_pods,
     "cross-pod": cross_pod,
+    "io-limited": io_limited_pods,
+    "io-cross-pod": io_cross_pods,
 }
 DEFAULT_WORKDIR = ROOT / ".cache" / "local-stack"
 # Every child carries this variable, so a leftover process can be found by it (tests do).
@@ -233,8 +238,9 @@ class LocalStack:
     # --- load --------------------------------------------------------------------------
     def start_load(self, kind: str) -> None:
         """Real interference: `io` (stress-ng --hdd); in pods, `memory` (one pod thrashing in
-        its own 64 MiB limit, one idle) or `cross-pod` (one pod's allocation pushes the other's
-        working set out of the pods' shared memory)."""
+        its own 64 MiB limit, one idle), `cross-pod` (one pod's allocation pushes the other's
+        working set out of the pods' shared memory), `io-limited` (one pod held back by its own
+        write limit) or `io-cross-pod` (one pod's writes queue up another's reads)."""
         workdir = self.workdir / f"stress-{kind}"
         if kind == "io":
             loads = [io_stress(workdir)]

@@ -321,3 +321,63 @@ def whole_disk(path: Path) -> str:
     if (sysfs / "partition").exists():
         sysfs = sysfs.resolve().parent
     return (sysfs / "dev").read_text().strip()
+
+
+IO_LIMIT = 4 << 20  # bytes/s: the self-limited I/O pod's own write limit (v1 blk-throttle)
+
+
+def io_limited_pods(tree: PodTree, workdir: Path) -> PodLoad:
+    """`make run STRESS=io-limited`: a pod writing (direct I/O) as fast as its own 4 MiB/s
+    blk-throttle limit lets it, and an idle pod beside it. Only the limited pod stalls, held
+    back by its own limit. v1 blk-throttle binds the cgroup the process is in, so the limit is
+    on the container, as the kubelet's would be."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    blkio = tree.cgroupfs / "blkio"
+    if blkio not in tree.roots:
+        raise StressUnavailableError("no v1 blkio controller here")
+    disk = whole_disk(workdir)
+    stressed = tree.add_pod("burstable")
+    idle = tree.add_pod("besteffort")
+    container = blkio / stressed.rel / "app"
+    container.mkdir(exist_ok=True)
+    (container / "blkio.throttle.write_bps_device").write_text(f"{disk} {IO_LIMIT}")
+    data = workdir / "limited"
+    # One long dd (1 GiB at 4 MiB/s): a restart between short ones leaves gaps in the rate.
+    loop = (
+        f'while :; do dd if=/dev/zero of="{data}" bs=64k count=16384 oflag=direct status=none; done'
+    )
+    return PodLoad(
+        [
+            in_pod(stressed, ["/bin/sh", "-c", loop], workdir, "pod-io-limited"),
+            in_pod(idle, ["sleep", "infinity"], workdir, "pod-idle"),
+        ],
+        stressed,
+        idle,
+    )
+
+
+def io_cross_pods(tree: PodTree, workdir: Path) -> PodLoad:
+    """`make run STRESS=io-cross-pod`: a pod without limits writing as fast as the disk takes
+    (`stress-ng --hdd`), and a pod reading 256 KiB (direct) every 50 ms, which alone waits
+    little; behind the writer's queue it waits most of the time, at no limit of its own. Its
+    few bytes keep the writer first among the I/O aggressors."""
+    stress_ng = require_stress_ng()
+    workdir.mkdir(parents=True, exist_ok=True)
+    victim = tree.add_pod("besteffort")
+    aggressor = tree.add_pod("besteffort")
+    data = workdir / "reads"
+    loop = (
+        f'dd if=/dev/zero of="{data}" bs=1M count=64 status=none && sync && '
+        f'while :; do dd if="{data}" of=/dev/null bs=256k count=1 iflag=direct status=none; '
+        "sleep 0.05; done"
+    )
+    writer = [stress_ng, "--hdd", "4", "--hdd-bytes", "256M", "--temp-path", str(workdir),
+              "--quiet"]  # fmt: skip
+    return PodLoad(
+        [
+            in_pod(victim, ["/bin/sh", "-c", loop], workdir, "pod-reader"),
+            in_pod(aggressor, writer, workdir, "pod-writer"),
+        ],
+        aggressor,
+        victim,
+    )

@@ -283,3 +283,80 @@ def test_real_io_stress_is_filtered_after_the_hold_and_admitted_after_the_clear(
     # The window keeps the stall in the smoothed value for up to `window` after the stop, then
     # clearAfter (20 s) must pass with the limit clear: never sooner than clearAfter.
     assert time.monotonic() - stopped >= 20, admitted_after
+
+
+def test_a_pod_at_its_own_io_limit_neither_marks_nor_filters_the_node(stack_factory) -> None:
+    """`make run STRESS=io-limited`: a real pod writes as fast as its own blk-throttle limit
+    lets it and stalls on I/O; it is self-limited, and the node stays schedulable with
+    io_congestion untriggered, though the node's PSI shows the stall."""
+    stack: LocalStack = stack_factory()
+    stack.start()
+    try:
+        stack.start_load("io-limited")
+    except StressUnavailableError as exc:
+        pytest.skip(f"no pods here: {exc}")
+    (pods,) = stack.pods
+    warn = stack.config.threshold("psiIOSome").warn
+
+    def real() -> bool:
+        pod = pod_view(stack, pods.stressed.uid)
+        return pod is not None and pod["selfLimited"] and pod["stall"].get("io", 0) >= warn
+
+    wait_until(real, timeout=stack.config.window + 30, interval=0.5, what="the pod's own stall")
+    wait_until(
+        lambda: (e := report_entry(stack)) is not None and not e.get("podFallback"),
+        timeout=10,
+        interval=0.25,
+        what="the report judged from the pods",
+    )
+    # Once the window holds only the throttled writing: never triggered, never filtered.
+    time.sleep(stack.config.window)
+    deadline = time.monotonic() + stack.config.window + 5
+    while time.monotonic() < deadline:
+        entry = report_entry(stack)
+        if entry is not None:
+            assert entry["schedulable"], json.dumps(entry)
+            io = entry["detections"].get("io_congestion", {})
+            assert not io.get("triggered"), (json.dumps(entry), stack.pod_states())
+            assert not entry.get("victims"), entry
+        time.sleep(0.5)
+    assert real()
+    node_io = node_psi(stack, "io", "some")
+    assert node_io is not None and node_io >= warn, node_io  # what judged the node before
+
+
+def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
+    stack_factory,
+) -> None:
+    """`make run STRESS=io-cross-pod`: one pod writes without limit, the other's paced reads
+    wait behind it at no limit of its own: io_congestion triggers, the report names the reader
+    as the victim and the writer as the I/O aggressor."""
+    stack: LocalStack = stack_factory()
+    stack.start()
+    try:
+        stack.start_load("io-cross-pod")
+    except StressUnavailableError as exc:
+        pytest.skip(f"no pods here: {exc}")
+    (pods,) = stack.pods
+    victim, aggressor = pods.other.uid, pods.stressed.uid
+    last: list[dict[str, Any] | None] = [None]
+
+    def marked() -> bool:
+        entry = last[0] = report_entry(stack)
+        if entry is None:
+            return False
+        victims = [(p["podUid"], p["resource"]) for p in entry.get("victims", [])]
+        io = [p["podUid"] for p in entry.get("aggressors", []) if p["resource"] == "io"]
+        return bool(
+            entry["detections"].get("io_congestion", {}).get("triggered")
+            and (victim, "io") in victims
+            and io[:1] == [aggressor]
+        )
+
+    try:
+        wait_until(marked, timeout=stack.config.window + 40, interval=0.5, what="the node marked")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last entry: {last[0]}; pods: {stack.pod_states()}") from exc
+    for uid in (victim, aggressor):
+        pod = pod_view(stack, uid)
+        assert pod is not None and not pod["selfLimited"], pod
