@@ -11,7 +11,10 @@ run in the engine. Each ranking is one row of ``RANKINGS``:
   memory nor their I/O limit in the window (``node_pod:mco_*_self_limited:bool``); worst first,
   ``TOP`` over both resources;
 * aggressors, per resource, only on a node with a victim of that resource: memory by usage
-  (bytes held), io by bytes read and written per second; largest first, ``TOP`` per resource.
+  (bytes held), io by bytes read and written per second; largest first, ``TOP`` per resource;
+* and by LLC occupancy (``llc``) where resctrl monitoring groups are named after pods
+  (``…/pod<uid>``, as the kubelet names pod cgroups), only on a node whose cache_pollution
+  detection is triggered (there is no per-pod cache victim to wait for).
 
 An entry is rewritten for them only when a pod enters or leaves a list, or a value moves beyond
 the signal epsilon (``same``); the order within a list is the value's, ties by UID.
@@ -34,6 +37,7 @@ TOP: Final = 3
 ROLE_LABEL: Final = "role"
 Role = Literal["victims", "aggressors"]
 _POD: Final = "node, pod_uid, qos"
+CACHE_POLLUTION: Final = series.DETECTIONS["cachePollution"]
 _SELF_LIMITED: Final = (
     f"({series.POD_MEMORY_SELF_LIMITED} == 1 or {series.POD_IO_SELF_LIMITED} == 1)"
 )
@@ -71,6 +75,18 @@ RANKINGS: Final[tuple[Ranking, ...]] = (
         "io",
         f"sum by ({_POD}) (max by ({_POD}, operation) (rate({series.POD_IO_BYTES}[$w]))) > 0"
         " and on (node) ($victims_io)",
+        float(1 << 20),
+    ),
+    Ranking(
+        "aggressors",
+        "llc",
+        # A pod's resctrl groups (``/pod<uid>``, ``/<ctrl>/mon_groups/pod<uid>``) summed over
+        # the L3 domains; qos from the pod's own series (a pod the cgroup collector sees).
+        "sum by (node, pod_uid) (label_replace(max by (node, group, domain) "
+        f'({series.LLC_OCCUPANCY}{{group=~"{series.POD_LLC_GROUP}"}}), "pod_uid", "$$1", '
+        f'"group", "{series.POD_LLC_GROUP}"))'
+        f" * on (node, pod_uid) group_left (qos) group by ({_POD}) ({series.POD_PRESSURE})"
+        f' and on (node) ({series.DETECTION_TRIGGERED}{{detection="{CACHE_POLLUTION}"}} == 1)',
         float(1 << 20),
     ),
 )

@@ -61,8 +61,8 @@ class PodRef(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     kube_pod_info; left out where Prometheus has none for the pod)."""
 
     pod_uid: str
-    resource: str  # memory | io
-    value: float  # victims: share of time stalled; aggressors: bytes (memory) or bytes/s (io)
+    resource: str  # memory | io (victims); memory | io | llc (aggressors)
+    value: float  # victims: share stalled; aggressors: bytes (memory, llc) or bytes/s (io)
     qos: str = ""  # guaranteed | burstable | besteffort
     namespace: str = ""
     name: str = ""

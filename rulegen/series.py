@@ -71,6 +71,11 @@ THRESHOLD_SETTINGS: Final = ("nodeInterferedLevel", "evaluationInterval", "stale
 
 # Raw exporter series readers need next to the recorded ones.
 KATA_READY: Final = "mco_kata_runtime_ready"
+# resctrl LLC occupancy per group (label ``group``: ``/name`` for a CTRL_MON group,
+# ``/ctrl/mon_groups/name`` for a MON group) and the groups named after a pod (``pod<uid>``,
+# as the kubelet names pod cgroups), the UID captured: the pods ranked by LLC occupancy.
+LLC_OCCUPANCY: Final = "mco_llc_occupancy_bytes"
+POD_LLC_GROUP: Final = ".*/pod([^/]+)"
 POD_MEMORY_USAGE: Final = "mco_pod_memory_usage_bytes"
 POD_IO_BYTES: Final = "mco_pod_io_bytes_total"
 # kube-state-metrics' pod info (labels uid, namespace, pod), relabelled to join on ``pod_uid``:

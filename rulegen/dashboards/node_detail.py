@@ -168,6 +168,26 @@ def _pod_panels(config: DetectionRuleConfig) -> list[PanelBuilder]:
             minimum=0,
             width=8,
         ),
+        timeseries(
+            "Aggressors: LLC occupancy",
+            [
+                Query(
+                    _named(
+                        f"label_replace(topk(5, sum by (node, pod_uid) (label_replace(max by "
+                        f"(node, group, domain) ({series.LLC_OCCUPANCY}{{{ONE_NODE},"
+                        f'group=~"{series.POD_LLC_GROUP}"}}), "pod_uid", "$1", "group", '
+                        f'"{series.POD_LLC_GROUP}"))), "resource", "llc", "", "")'
+                    ),
+                    _POD_LEGEND,
+                )
+            ],
+            unit="bytes",
+            description="Last-level cache held by each pod's resctrl monitoring group (groups "
+            "named pod<uid>; none without resctrl or such groups): where cache_pollution is "
+            "triggered, the report names the top three as aggressors.",
+            minimum=0,
+            width=24,
+        ),
     ]
 
 

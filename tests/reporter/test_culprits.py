@@ -38,6 +38,24 @@ def _suite(config: DetectionRuleConfig) -> dict[str, Any]:
                 "values": "1+0x120",
             }
         )
+    # LLC: on cross the cache misses 90 % of its references (cache_pollution triggered), and
+    # resctrl MON groups named after two of its pods hold 12 MiB (two L3 domains) and 2 MiB; a
+    # group that is not a pod's is no aggressor. iovic has a pod's group but no cache pollution.
+    exporter = 'job="mco-exporter",instance="{0}:9847",node="{0}"'
+    llc = [
+        (f"mco_llc_references_total{{{exporter.format('cross')}}}", "0+1000000x120"),
+        (f"mco_llc_misses_total{{{exporter.format('cross')}}}", "0+900000x120"),
+    ]
+    for node, group, domain, size in (
+        ("cross", "/mon_groups/podagg", "0", 8 * MiB),
+        ("cross", "/mon_groups/podagg", "1", 4 * MiB),
+        ("cross", "/BE/mon_groups/podvic", "0", 2 * MiB),
+        ("cross", "/BE", "0", 100 * MiB),
+        ("iovic", "/mon_groups/podv", "0", 50 * MiB),
+    ):
+        labels = f'{exporter.format(node)},domain="{domain}",group="{group}",type="mon"'
+        llc.append((f"mco_llc_occupancy_bytes{{{labels}}}", f"{size}+0x120"))
+    test["input_series"] += [{"series": name, "values": values} for name, values in llc]
     usage_agg = 268435456 + MiB * 90  # grows 1 MiB/s from 256 MiB
     test["promql_expr_test"] = [
         {
@@ -52,6 +70,9 @@ def _suite(config: DetectionRuleConfig) -> dict[str, Any]:
                     "aggressors", "memory", "cross", "agg", "burstable", usage_agg, "batch", "etl-1"
                 ),
                 _exp("aggressors", "memory", "cross", "vic", "guaranteed", MiB, "shop", "cart-0"),
+                # cross: the pods' resctrl groups by occupancy, summed over domains.
+                _exp("aggressors", "llc", "cross", "agg", "burstable", 12 * MiB, "batch", "etl-1"),
+                _exp("aggressors", "llc", "cross", "vic", "guaranteed", 2 * MiB, "shop", "cart-0"),
                 # iovic: v stalls (0.5 >= warn 0.25) far below its limit; w writes 100 MiB/s and
                 # stalls below warn. No kube_pod_info for them: UID only.
                 _exp("victims", "io", "iovic", "v", "burstable", 0.5),
