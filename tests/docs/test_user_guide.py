@@ -51,26 +51,27 @@ COVERED: dict[str, tuple[str, str]] = {
         "tests/e2e/test_make_run.py::test_make_run_live_view_then_ctrl_c_stops_everything",
         '"STRESS=io"',
     ),
-    # Not through make: the same `--stress` pod loads (LocalStack.start_load).
+    # Not through make: the same `--stress` pod loads (LocalStack.start_load, via
+    # stack_with_pods in the test).
     "make run STRESS=memory": (
         "tests/e2e/test_detection.py::"
         "test_a_pod_thrashing_in_its_own_limit_neither_marks_nor_filters_the_node",
-        'stack.start_load("memory")',
+        'stack_with_pods(stack_factory, "memory")',
     ),
     "make run STRESS=cross-pod": (
         "tests/e2e/test_detection.py::"
         "test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both",
-        'stack.start_load("cross-pod")',
+        'stack_with_pods(stack_factory, "cross-pod")',
     ),
     "make run STRESS=io-limited": (
         "tests/e2e/test_detection.py::"
         "test_a_pod_at_its_own_io_limit_neither_marks_nor_filters_the_node",
-        'stack.start_load("io-limited")',
+        'stack_with_pods(stack_factory, "io-limited")',
     ),
     "make run STRESS=io-cross-pod": (
         "tests/e2e/test_detection.py::"
         "test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node",
-        'stack.start_load("io-cross-pod")',
+        'stack_with_pods(stack_factory, "io-cross-pod")',
     ),
 }
 

@@ -12,7 +12,7 @@ import requests
 
 from scripts.local_stack import LocalStack
 from scripts.procs import wait_until
-from scripts.stress import StressUnavailableError
+from scripts.stress import PodLoad, StressUnavailableError
 from tests.e2e.conftest import short_stale_config
 from tests.extender.bodies import kube_args
 
@@ -132,18 +132,34 @@ def node_psi(stack: LocalStack, resource: str, kind: str) -> float | None:
     )
 
 
+def stack_with_pods(stack_factory, mode: str) -> tuple[LocalStack, PodLoad]:
+    """A started stack running the pod load ``mode``; skipped where pods cannot be made."""
+    stack: LocalStack = stack_factory()
+    stack.start()
+    try:
+        stack.start_load(mode)
+    except StressUnavailableError as exc:
+        pytest.skip(f"no pods here: {exc}")
+    (pods,) = stack.pods
+    return stack, pods
+
+
+def wait_marked(
+    stack: LocalStack, marked: Any, last: list[dict[str, Any] | None], *, timeout: float
+) -> None:
+    """Wait for ``marked()``; on timeout, fail with the last report entry and the pods."""
+    try:
+        wait_until(marked, timeout=timeout, interval=0.5, what="the node marked")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last entry: {last[0]}; pods: {stack.pod_states()}") from exc
+
+
 def test_a_pod_thrashing_in_its_own_limit_neither_marks_nor_filters_the_node(
     stack_factory,
 ) -> None:
     """`make run STRESS=memory`: a real pod reclaims inside its own 64 MiB limit. Node PSI and
     page scans show it, the pod is self-limited, and the node stays schedulable and unmarked."""
-    stack: LocalStack = stack_factory()
-    stack.start()
-    try:
-        stack.start_load("memory")
-    except StressUnavailableError as exc:
-        pytest.skip(f"no pods here: {exc}")
-    (pods,) = stack.pods
+    stack, pods = stack_with_pods(stack_factory, "memory")
     warn = stack.config.threshold("psiMemorySome").warn
 
     def real() -> bool:
@@ -193,13 +209,7 @@ def test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both(
 ) -> None:
     """`make run STRESS=cross-pod`: one pod's allocation pushes the other's working set out of
     the pods' shared memory; the victim stalls at no limit of its own."""
-    stack: LocalStack = stack_factory()
-    stack.start()
-    try:
-        stack.start_load("cross-pod")
-    except StressUnavailableError as exc:
-        pytest.skip(f"no pods here: {exc}")
-    (pods,) = stack.pods
+    stack, pods = stack_with_pods(stack_factory, "cross-pod")
     victim, aggressor = pods.other.uid, pods.stressed.uid
     last: list[dict[str, Any] | None] = [None]
 
@@ -217,10 +227,7 @@ def test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both(
             and memory[:1] == [aggressor]
         )
 
-    try:
-        wait_until(marked, timeout=stack.config.window + 30, interval=0.5, what="the node marked")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; last entry: {last[0]}; pods: {stack.pod_states()}") from exc
+    wait_marked(stack, marked, last, timeout=stack.config.window + 30)
     for uid in (victim, aggressor):
         pod = pod_view(stack, uid)
         assert pod is not None and not pod["selfLimited"], pod
@@ -289,13 +296,7 @@ def test_a_pod_at_its_own_io_limit_neither_marks_nor_filters_the_node(stack_fact
     """`make run STRESS=io-limited`: a real pod writes as fast as its own blk-throttle limit
     lets it and stalls on I/O; it is self-limited, and the node stays schedulable with
     io_congestion untriggered, though the node's PSI shows the stall."""
-    stack: LocalStack = stack_factory()
-    stack.start()
-    try:
-        stack.start_load("io-limited")
-    except StressUnavailableError as exc:
-        pytest.skip(f"no pods here: {exc}")
-    (pods,) = stack.pods
+    stack, pods = stack_with_pods(stack_factory, "io-limited")
     warn = stack.config.threshold("psiIOSome").warn
 
     def real() -> bool:
@@ -331,13 +332,7 @@ def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
     """`make run STRESS=io-cross-pod`: one pod writes without limit, the other's paced reads
     wait behind it at no limit of its own: io_congestion triggers, the report names the reader
     as the victim and the writer as the I/O aggressor."""
-    stack: LocalStack = stack_factory()
-    stack.start()
-    try:
-        stack.start_load("io-cross-pod")
-    except StressUnavailableError as exc:
-        pytest.skip(f"no pods here: {exc}")
-    (pods,) = stack.pods
+    stack, pods = stack_with_pods(stack_factory, "io-cross-pod")
     victim, aggressor = pods.other.uid, pods.stressed.uid
     last: list[dict[str, Any] | None] = [None]
 
@@ -353,10 +348,7 @@ def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
             and io[:1] == [aggressor]
         )
 
-    try:
-        wait_until(marked, timeout=stack.config.window + 40, interval=0.5, what="the node marked")
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}; last entry: {last[0]}; pods: {stack.pod_states()}") from exc
+    wait_marked(stack, marked, last, timeout=stack.config.window + 40)
     for uid in (victim, aggressor):
         pod = pod_view(stack, uid)
         assert pod is not None and not pod["selfLimited"], pod
