@@ -133,7 +133,8 @@ def _live_thresholds(
     queries: Sequence[Query], steps: Sequence[Step]
 ) -> tuple[list[Query], list[dashboard_models.DataTransformerConfig]]:
     """The panel's queries plus one instant query per live step, and the "Config from query
-    results" transformations that turn each into a threshold step (Grafana 10.4 and later).
+    results" transformations that turn each into a threshold step (in the Grafana 11 to 13
+    the dashboards target).
 
     Each live step gets its own query and transformation: Grafana reads one config frame per
     transformation. The query is an instant table, whose number column is always ``Value``.
