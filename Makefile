@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED := 1
 STRESS ?=
 RUN_ARGS ?=
 
-.PHONY: all run test image image-test lint typecheck pytest bench reliability generate check-generated system venv clean help
+.PHONY: all run test image image-test lint typecheck pytest bench soak reliability generate check-generated system venv clean help
 
 all: test
 
@@ -20,6 +20,7 @@ help:
 	@echo "make test       set up and run the whole test suite (ruff, mypy, pytest)"
 	@echo "make lint       ruff, mypy and shellcheck only"
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"
+	@echo "make soak       MCO under stress and outages for DURATION (default 24h; make bench runs 20m)"
 	@echo "make reliability  replay issue 19's attacks at full scale (QUICK=1: smaller)"
 	@echo "make generate   regenerate checked-in rules, CRDs and dashboards"
 	@echo "make image      build the container image with buildah; writes $(IMAGE_ARCHIVE)"
@@ -75,6 +76,11 @@ run: venv
 
 bench: venv
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Hours of the local stack + a synthetic fleet under stress and outages (bench/soak.py).
+DURATION ?= 24h
+soak: venv
+	$(BIN)/python -m bench.soak --duration $(DURATION) $(SOAK_ARGS)
 
 reliability: venv
 	$(BIN)/python -m bench.reliability $(if $(QUICK),--quick) $(RELIABILITY_ARGS)

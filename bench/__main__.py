@@ -21,6 +21,8 @@ BENCHMARKS = {
     "shards": "bench.shards",
     "hysteresis": "bench.hysteresis",
     "placement": "bench.placement.run",
+    # 20 minutes (4 with --quick); `make soak DURATION=24h` for the long run.
+    "soak": "bench.soak",
 }
 # Not in a plain `make bench`: it runs for minutes (docs/benchmarks.md). Name it to run it.
 ON_REQUEST = {"placement"}

@@ -24,6 +24,7 @@ from extender.reports import ReportStore
 from extender.reservation import Reservations
 from extender.verdict import Verdict
 from mco import selfmetrics
+from mco.asynciotasks import AsyncioTasks
 
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -142,6 +143,7 @@ class ExtenderMetrics:
             MultiProcessCollector(self.registry, multiprocess_dir)  # type: ignore[no-untyped-call]
         follow = stale_after if callable(stale_after) else lambda: float(stale_after)
         self.registry.register(ReportCollector(store, follow, clock_skew))
+        self.registry.register(AsyncioTasks(selfmetrics.EXTENDER_ASYNCIO_TASKS))
         # Feeds that can break (the pod watch) -> whether they work now; set by the feed.
         self.source_up: dict[str, bool] = {}
         self.registry.register(ReservationCollector(reservations, self.source_up))

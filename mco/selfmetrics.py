@@ -28,6 +28,7 @@ REPORTER_STALE_NODES: Final = "mco_reporter_stale_nodes"
 REPORTER_LAGGING_NODES: Final = "mco_reporter_lagging_nodes"
 REPORTER_CHANGED_NODES: Final = "mco_reporter_changed_nodes_total"
 REPORTER_API_WRITES: Final = "mco_reporter_api_writes_total"
+REPORTER_ASYNCIO_TASKS: Final = "mco_reporter_asyncio_tasks"  # mco.asynciotasks
 REPORTER_API_WRITE_BYTES: Final = "mco_reporter_api_write_bytes_total"
 REPORTER_FILE_WRITE_BYTES: Final = "mco_reporter_file_write_bytes_total"
 REPORTER_ERRORS: Final = "mco_reporter_errors_total"
@@ -58,6 +59,7 @@ EXTENDER_WATCH_RESTARTS: Final = "mco_extender_watch_restarts_total"
 EXTENDER_PLACEMENTS: Final = "mco_extender_placements_total"
 EXTENDER_RESERVATION_PODS: Final = "mco_extender_reservation_pods"
 EXTENDER_RESERVATION_SOURCE_UP: Final = "mco_extender_reservation_source_up"
+EXTENDER_ASYNCIO_TASKS: Final = "mco_extender_asyncio_tasks"  # of the worker that answers
 
 # --- mco-rulegen controller (rulegen/controller.py)
 # 0 when the last DetectionRuleConfig change was rejected: MCODetectionRuleConfigRejected.
@@ -71,5 +73,6 @@ RULEGEN_GUARD_CHECKS: Final = "mco_rulegen_guard_checks_total"  # {result}
 RULEGEN_ERRORS: Final = "mco_rulegen_errors_total"
 RULEGEN_LAST_APPLY: Final = "mco_rulegen_last_apply_timestamp_seconds"
 RULEGEN_API_REACHABLE: Final = "mco_rulegen_api_reachable"
+RULEGEN_ASYNCIO_TASKS: Final = "mco_rulegen_asyncio_tasks"
 # Bounds the accepted config's latency thresholds need that the exporters do not export.
 RULEGEN_LATENCY_BUCKETS_MISSING: Final = "mco_rulegen_latency_buckets_missing"

@@ -12,12 +12,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mco import selfmetrics, webserver
 from mco.webconfig import WebSettings
+from mco.asynciotasks import AsyncioTasks
 from reporter.sink import Medium, SinkResult
 
 
 class ReporterMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        r.register(AsyncioTasks(selfmetrics.REPORTER_ASYNCIO_TASKS))
         self.cycle_seconds = Histogram(
             selfmetrics.REPORTER_CYCLE_DURATION,
             "Wall time of one reporter cycle: query, build, write.",

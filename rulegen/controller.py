@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mco import selfmetrics
 from mco.apierrors import CONNECTION, ApiError
+from mco.asynciotasks import AsyncioTasks
 from mco.latency_buckets import BOUNDS, format_bounds
 from mco.leader import LeaseElector, run_while_leading
 from mco.watch import ListWatch, Resource, WatchSettings
@@ -81,6 +82,7 @@ class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        r.register(AsyncioTasks(selfmetrics.RULEGEN_ASYNCIO_TASKS))
         self.accepted = Gauge(
             selfmetrics.RULEGEN_CONFIG_ACCEPTED,
             "1 when the latest DetectionRuleConfig generation was accepted, 0 when rejected.",

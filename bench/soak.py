@@ -1,0 +1,580 @@
+"""Stability over hours: the local stack plus a synthetic fleet, with real stress and outages.
+
+``make soak DURATION=24h`` (a 20-minute run is part of ``make bench``): the processes of
+``make run`` (mco-exporter on this host, a real Prometheus evaluating the generated rules,
+mco-reporter, mco-extender), started with their public flags, with a synthetic fleet of
+``--nodes`` more nodes in the same Prometheus. While it runs:
+
+- a scheduler stand-in calls the extender as kube-scheduler (filter + prioritize over every
+  node) and Volcano (predicate with a ~220 KB NodeInfo, prioritize) do, twice a second;
+- every ``--stress-every``, real load for ``--stress-for`` (stress-ng on the disk, then a pod
+  thrashing in its own memory limit, in turn);
+- every ``--outage-every``, Prometheus is stopped for ``--outage-for`` and started again: the
+  reporter's source is down, so once ``staleAfter`` has passed no node may be presented as fresh.
+
+Every ``--sample`` it records RSS, CPU seconds, open files and threads of every MCO process and
+of Prometheus, and the asyncio tasks of the reporter and the extender (their
+``mco_*_asyncio_tasks`` gauges), to ``samples.jsonl``; events (stress, outages, failures) go to
+``events.jsonl``. The run fails on: a process that exits or restarts; any 5xx from any MCO server;
+any node fresh at the extender while its source has been down for longer than ``staleAfter``;
+nodes not fresh again within ``RECOVERY`` after an outage; growth after warm-up beyond the
+``BOUNDS`` below. ``python -m bench.soak analyse DIR`` judges a recorded run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import requests
+
+from mco import selfmetrics
+from mco.flags import duration
+from scripts.local_stack import LocalStack, Ports, StackSettings
+from scripts.procs import Managed, ScrapeTarget, free_port
+from scripts.stress import StressUnavailableError
+from tests.extender import bodies
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / ".cache" / "soak"
+CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+# The fleet's profiles (tests/rulegen/fleet.py): calm, busy and interfered nodes, pods.
+FLEET_PROFILES: Final = "typical,idle,busy,hot,pods"
+# After an outage ends the nodes must be fresh again within a window of samples and a margin.
+RECOVERY: Final = 180.0
+STRESS_KINDS: Final = ("io", "memory")
+TASK_GAUGES: Final = {
+    "mco-reporter": selfmetrics.REPORTER_ASYNCIO_TASKS,
+    "mco-extender": selfmetrics.EXTENDER_ASYNCIO_TASKS,
+}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Allowed growth from the median of the first window after warm-up to the median of the
+    last window: ``end <= start * (1 + ratio) + absolute``."""
+
+    ratio: float
+    absolute: float
+
+    def limit(self, start: float) -> float:
+        return start * (1 + self.ratio) + self.absolute
+
+    def __str__(self) -> str:
+        return f"x{1 + self.ratio:g} + {self.absolute:g}"
+
+
+MIB: Final = 2**20
+# Per metric; Prometheus gets its own RSS bound: its head block keeps up to ~3 h of chunks
+# before they are compacted, so its memory rises for the first hours of any run.
+BOUNDS: Final[dict[str, Bound]] = {
+    "rss": Bound(0.20, 16 * MIB),
+    "fds": Bound(0.0, 8),
+    "threads": Bound(0.0, 8),
+    "tasks": Bound(0.0, 5),
+    "cpu_rate": Bound(0.5, 0.02),  # cores, over the window
+}
+PROMETHEUS_RSS: Final = Bound(0.5, 64 * MIB)
+
+
+def _clock(seconds: float) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h}h{rest // 60:02d}m{rest % 60:02d}s"
+
+
+# --- recording ----------------------------------------------------------------------------
+def proc_stats(pid: int) -> dict[str, float]:
+    """RSS (bytes), CPU (user+system seconds), open files and threads of one process."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    threads = int(fields[17])
+    rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    return {"pid": pid, "rss": rss, "cpu": cpu, "fds": fds, "threads": threads}
+
+
+def gauge(text: str, name: str) -> float | None:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
+@dataclass
+class Recorder:
+    """Appends samples and events as JSON lines, so a run can be judged (and read) while it
+    goes and after it was cut short."""
+
+    out: Path
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def _append(self, name: str, obj: dict[str, Any]) -> None:
+        with self._lock, (self.out / name).open("a") as f:
+            f.write(json.dumps(obj, sort_keys=True) + "\n")
+
+    def event(self, kind: str, **detail: Any) -> None:
+        now = time.time()
+        self._append(
+            "events.jsonl", {"t": now, "elapsed": now - self.started, "kind": kind, **detail}
+        )
+        print(f"[{_clock(now - self.started)}] {kind} {detail or ''}", flush=True)
+
+    def sample(self, procs: dict[str, dict[str, float]]) -> None:
+        now = time.time()
+        self._append("samples.jsonl", {"t": now, "elapsed": now - self.started, "procs": procs})
+
+
+class SchedulerLoad(threading.Thread):
+    """Calls the extender as both schedulers do and counts the answers by status."""
+
+    def __init__(self, base: str, nodes: list[str], recorder: Recorder, period: float) -> None:
+        super().__init__(name="scheduler-load", daemon=True)
+        self.stop = threading.Event()
+        self.recorder = recorder
+        self.period = period
+        self.calls = {
+            "/scheduler/filter": bodies.kube_args(nodes),
+            "/scheduler/prioritize": bodies.kube_args(nodes),
+            "/volcano/predicate": bodies.volcano_predicate(nodes[0], tasks=21),
+            "/volcano/prioritize": bodies.volcano_prioritize(nodes[:50], tasks=3),
+        }
+        self.base = base
+        self.statuses: dict[str, int] = {}
+        self.errors = 0
+
+    def run(self) -> None:
+        with requests.Session() as session:
+            while not self.stop.wait(self.period):
+                for path, body in self.calls.items():
+                    self._call(session, path, body)
+
+    def _call(self, session: requests.Session, path: str, body: bytes) -> None:
+        try:
+            r = session.post(self.base + path, data=body, timeout=30)
+        except requests.RequestException as exc:
+            self.errors += 1
+            self.recorder.event("request-error", path=path, error=type(exc).__name__)
+            return
+        key = str(r.status_code)
+        self.statuses[key] = self.statuses.get(key, 0) + 1
+        if r.status_code >= 500:
+            self.recorder.event("5xx", path=path, status=r.status_code, body=r.text[:200])
+
+
+@dataclass
+class Settings:
+    duration: float
+    nodes: int
+    sample: float
+    warmup: float
+    stress_every: float
+    stress_for: float
+    outage_every: float
+    outage_for: float
+    out: Path
+
+
+class ProcessGone(Exception):
+    """A soaked process exited or was replaced: the run stops there and fails."""
+
+
+class Soak:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.recorder = Recorder(settings.out)
+        fleet_port = free_port()
+        self.fleet = Managed(
+            [
+                sys.executable,
+                "-m",
+                "tests.rulegen.fleet",
+                f"--port={fleet_port}",
+                f"--nodes={settings.nodes}",
+                f"--profiles={FLEET_PROFILES}",
+            ],
+            name="fleet",
+            log_path=settings.out / "fleet.log",
+        )
+        self.stack = LocalStack(
+            StackSettings(workdir=settings.out / "stack", ports=Ports(0, 0, 0, 0), node="soak-node")
+        )
+        self.stack.prometheus.targets.append(ScrapeTarget("mco-fleet", f"127.0.0.1:{fleet_port}"))
+        self.stale_after = float(self.stack.config.report.stale_after)
+        self.pids: dict[str, int] = {}
+        self.outage_since: float | None = None
+        self.fresh_while_down = 0
+        self.freshness_checks = 0  # per outage: proof the check ran, in the outage-end event
+        self.unrecovered = 0
+
+    def processes(self) -> dict[str, Managed]:
+        s = self.stack
+        return {
+            "mco-exporter": s.exporter,
+            "mco-reporter": s.reporter,
+            "mco-extender": s.extender,
+            "prometheus": s.prometheus,
+        }
+
+    def run(self) -> int:
+        rec, s = self.recorder, self.s
+        rec.event(
+            "start", settings={k: str(v) if isinstance(v, Path) else v for k, v in vars(s).items()}
+        )
+        self.fleet.start()
+        self.fleet.wait_http(f"http://{self.stack.prometheus.targets[-1].address}/", timeout=60)
+        load: SchedulerLoad | None = None
+        try:
+            self.stack.start()
+            self.pids = {name: p.pid for name, p in self.processes().items()}
+            nodes = ["soak-node"] + [f"node-{i:05d}" for i in range(s.nodes)]
+            load = SchedulerLoad(self.stack.extender_url, nodes, rec, period=0.5)
+            load.start()
+            with contextlib.suppress(ProcessGone):  # recorded as a "restart" event
+                self._loop()
+        finally:
+            if load is not None:
+                load.stop.set()
+                load.join(timeout=60)
+                rec.event("scheduler-calls", statuses=load.statuses, errors=load.errors)
+            self.stack.stop()
+            self.fleet.stop()
+            rec.event("end")
+        verdict = judge(load_run(s.out), s.warmup)
+        print(verdict.table())
+        (s.out / "verdict.json").write_text(json.dumps(verdict.summary(), indent=2))
+        return 0 if verdict.ok else 1
+
+    def _loop(self) -> None:
+        s, rec = self.s, self.recorder
+        start = time.monotonic()
+        next_sample = next_stress = start
+        next_outage = start + s.outage_every
+        stress_until = outage_until = None
+        stress_turn = 0
+        last_progress = start
+        while (now := time.monotonic()) < start + s.duration:
+            if stress_until is None and now >= next_stress and now > start + s.warmup / 2:
+                kind = STRESS_KINDS[stress_turn % len(STRESS_KINDS)]
+                stress_turn += 1
+                try:
+                    self.stack.start_load(kind)
+                    rec.event("stress-start", load=kind)
+                except (StressUnavailableError, OSError) as exc:
+                    rec.event("stress-unavailable", load=kind, error=str(exc))
+                stress_until = now + s.stress_for
+                next_stress = now + s.stress_every
+            if stress_until is not None and now >= stress_until:
+                self.stack.stop_load()
+                rec.event("stress-stop")
+                stress_until = None
+            if outage_until is None and now >= next_outage:
+                self.stack.prometheus.stop()
+                self.outage_since = time.time()
+                outage_until = now + s.outage_for
+                next_outage = now + s.outage_every
+                rec.event("outage-start")
+            if outage_until is not None and now >= outage_until:
+                self.stack.prometheus.start()
+                self.pids["prometheus"] = self.stack.prometheus.pid
+                rec.event("outage-end", freshness_checks=self.freshness_checks)
+                self.freshness_checks = 0
+                self._await_recovery()
+                self.outage_since = outage_until = None
+            if now >= next_sample:
+                self._sample()
+                next_sample = now + s.sample
+            if now - last_progress >= 300:
+                last_progress = now
+                rec.event("progress")
+            time.sleep(0.5)
+        if stress_until is not None:
+            self.stack.stop_load()
+        if outage_until is not None:
+            self.stack.prometheus.start()
+            self.pids["prometheus"] = self.stack.prometheus.pid
+
+    def _sample(self) -> None:
+        procs: dict[str, dict[str, float]] = {}
+        for name, proc in self.processes().items():
+            if name == "prometheus" and self.outage_since is not None:
+                continue
+            if not proc.alive or proc.pid != self.pids[name]:
+                self.recorder.event("restart", process=name, log=proc.log_tail(10))
+                raise ProcessGone(name)
+            with contextlib.suppress(OSError):
+                procs[name] = proc_stats(proc.pid)
+        for name, metric in TASK_GAUGES.items():
+            url = self.stack.urls()[name.removeprefix("mco-") + " /metrics"]
+            r = requests.get(url, timeout=10)
+            if r.status_code >= 500:
+                self.recorder.event("5xx", path=url, status=r.status_code)
+            if (value := gauge(r.text, metric)) is not None and name in procs:
+                procs[name]["tasks"] = value
+        self.recorder.sample(procs)
+        self._check_freshness()
+
+    def _check_freshness(self) -> None:
+        """While the source is down past staleAfter (plus a reporter cycle and the extender's
+        reload), no node may be fresh at the extender."""
+        if self.outage_since is None:
+            return
+        down_for = time.time() - self.outage_since
+        if down_for <= self.stale_after + 5:
+            return
+        nodes = self.stack.nodes()["nodes"]
+        self.freshness_checks += 1
+        fresh = [n["name"] for n in nodes if not n["stale"]]
+        if fresh:
+            self.fresh_while_down += 1
+            self.recorder.event(
+                "fresh-while-down", down_for=round(down_for, 1), nodes=fresh[:5], count=len(fresh)
+            )
+
+    def _await_recovery(self) -> None:
+        deadline = time.monotonic() + RECOVERY
+        began = time.monotonic()
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                nodes = self.stack.nodes()["nodes"]
+                if len(nodes) > self.s.nodes and not any(n["stale"] for n in nodes):
+                    self.recorder.event("recovered", after=round(time.monotonic() - began, 1))
+                    return
+            time.sleep(1)
+        self.recorder.event("not-recovered", within=RECOVERY)
+
+
+# --- judging ------------------------------------------------------------------------------
+@dataclass
+class Run:
+    samples: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    if path.exists():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a line cut by a kill
+                yield json.loads(line)
+
+
+def load_run(out: Path) -> Run:
+    return Run(list(_lines(out / "samples.jsonl")), list(_lines(out / "events.jsonl")))
+
+
+@dataclass(frozen=True)
+class Growth:
+    process: str
+    metric: str
+    start: float
+    end: float
+    limit: float
+    bound: Bound
+
+    @property
+    def ok(self) -> bool:
+        return self.end <= self.limit
+
+
+FAILING_EVENTS: Final = ("restart", "5xx", "fresh-while-down", "not-recovered")
+
+
+@dataclass
+class Verdict:
+    span: float
+    growth: list[Growth]
+    failures: dict[str, int]
+    notes: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return all(g.ok for g in self.growth) and not any(self.failures.values()) and not self.notes
+
+    def table(self) -> str:
+        def fmt(metric: str, v: float) -> str:
+            return f"{v / MIB:.1f} MiB" if metric == "rss" else f"{v:.3g}"
+
+        lines = [f"{'process':<14}{'metric':<10}{'after warm-up':>15}{'end':>13}{'limit':>13}  ok"]
+        for g in self.growth:
+            lines.append(
+                f"{g.process:<14}{g.metric:<10}{fmt(g.metric, g.start):>15}"
+                f"{fmt(g.metric, g.end):>13}{fmt(g.metric, g.limit):>13}  "
+                f"{'yes' if g.ok else 'NO'}"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        failures = ", ".join(f"{k} {v}" for k, v in self.failures.items())
+        lines.append(
+            f"soak: {_clock(self.span)} judged, {failures}, growth within "
+            f"bounds: {'yes' if all(g.ok for g in self.growth) else 'no'}"
+            f" -> {'PASS' if self.ok else 'FAIL'}"
+        )
+        return "\n".join(lines)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "span_seconds": self.span,
+            "failures": self.failures,
+            "notes": self.notes,
+            "growth": [
+                {
+                    "process": g.process,
+                    "metric": g.metric,
+                    "start": g.start,
+                    "end": g.end,
+                    "limit": g.limit,
+                    "ok": g.ok,
+                }
+                for g in self.growth
+            ],
+        }
+
+
+Point = tuple[float, float, int]  # elapsed seconds, value, pid
+
+
+def _series(samples: Sequence[dict[str, Any]], process: str, metric: str) -> list[Point]:
+    return [
+        (s["elapsed"], s["procs"][process][metric], int(s["procs"][process].get("pid", 0)))
+        for s in samples
+        if metric in s["procs"].get(process, {})
+    ]
+
+
+def _cpu_rate(points: Sequence[Point]) -> float | None:
+    """Cores over a window of cumulative CPU seconds, from consecutive samples of the same
+    process (Prometheus is restarted on purpose by the outages: its counter starts again)."""
+    cpu = seconds = 0.0
+    for (t0, v0, pid0), (t1, v1, pid1) in itertools.pairwise(points):
+        if pid0 == pid1 and t1 > t0 and v1 >= v0:
+            cpu, seconds = cpu + v1 - v0, seconds + t1 - t0
+    return cpu / seconds if seconds > 0 else None
+
+
+def judge(run: Run, warmup: float) -> Verdict:
+    """Growth of each process's figures from the first to the last window after warm-up (each a
+    tenth of the judged span, at least three samples; medians, so one GC or one stress period
+    does not decide), and the failing events."""
+    failures = {k: sum(1 for e in run.events if e["kind"] == k) for k in FAILING_EVENTS}
+    judged = [s for s in run.samples if s["elapsed"] >= warmup]
+    notes: list[str] = []
+    if len(judged) < 6:
+        return Verdict(0.0, [], failures, [f"only {len(judged)} samples after warm-up"])
+    span = judged[-1]["elapsed"] - judged[0]["elapsed"]
+    window = max(span / 10, 0.0)
+    growth: list[Growth] = []
+    processes = sorted({p for s in judged for p in s["procs"]})
+    for process in processes:
+        for metric in ("rss", "fds", "threads", "tasks", "cpu"):
+            points = _series(judged, process, metric)
+            if len(points) < 6:
+                continue
+            t0, t1 = points[0][0], points[-1][0]
+            first = [p for p in points if p[0] <= t0 + window]
+            last = [p for p in points if p[0] >= t1 - window]
+            first, last = (
+                (first if len(first) >= 3 else points[:3]),
+                (last if len(last) >= 3 else points[-3:]),
+            )
+            if metric == "cpu":
+                a, b = _cpu_rate(first), _cpu_rate(last)
+                if a is None or b is None:
+                    notes.append(f"{process}: no two samples of one process in a window")
+                    continue
+                bound, key = BOUNDS["cpu_rate"], "cpu_rate"
+            else:
+                a = statistics.median(p[1] for p in first)
+                b = statistics.median(p[1] for p in last)
+                bound = (
+                    PROMETHEUS_RSS if (process, metric) == ("prometheus", "rss") else BOUNDS[metric]
+                )
+                key = metric
+            growth.append(Growth(process, key, a, b, bound.limit(a), bound))
+    return Verdict(span, growth, failures, notes)
+
+
+# --- command line -------------------------------------------------------------------------
+def _parse(argv: Sequence[str]) -> Settings:
+    p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
+    p.add_argument("--duration", type=duration, default=duration("20m"))
+    p.add_argument("--quick", action="store_true", help="a 4-minute run with compressed periods")
+    p.add_argument("--nodes", type=int, default=100, help="synthetic fleet nodes (default 100)")
+    p.add_argument("--sample", type=duration, default=None, help="default 15s (5s with --quick)")
+    p.add_argument(
+        "--warmup",
+        type=duration,
+        default=None,
+        help="not judged: default 10%% of the run, at least 3m (1m with --quick)",
+    )
+    p.add_argument("--stress-every", type=duration, default=None, help="default 10m")
+    p.add_argument("--stress-for", type=duration, default=None, help="default 60s")
+    p.add_argument("--outage-every", type=duration, default=None, help="default 30m")
+    p.add_argument("--outage-for", type=duration, default=None, help="default 90s")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"where the run is recorded (default {DEFAULT_OUT}/<start time>)",
+    )
+    a = p.parse_args(argv)
+    quick = a.quick
+    total = duration("4m") if quick and a.duration == duration("20m") else a.duration
+
+    def pick(value: float | None, normal: str, fast: str) -> float:
+        return value if value is not None else duration(fast if quick else normal)
+
+    warmup = (
+        a.warmup if a.warmup is not None else max(total / 10, duration("1m" if quick else "3m"))
+    )
+    out = a.out or DEFAULT_OUT / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Settings(
+        duration=total,
+        nodes=20 if quick and a.nodes == 100 else a.nodes,
+        sample=pick(a.sample, "15s", "5s"),
+        warmup=warmup,
+        stress_every=pick(a.stress_every, "10m", "90s"),
+        stress_for=pick(a.stress_for, "60s", "20s"),
+        outage_every=pick(a.outage_every, "30m", "2m"),
+        outage_for=pick(a.outage_for, "90s", "75s"),
+        out=out,
+    )
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["analyse"]:
+        p = argparse.ArgumentParser(prog="python -m bench.soak analyse")
+        p.add_argument("out", type=Path, help="a recorded run's folder")
+        p.add_argument("--warmup", type=duration, default=None, help="default: as recorded")
+        a = p.parse_args(args[1:])
+        warmup = a.warmup if a.warmup is not None else _recorded_warmup(a.out)
+        verdict = judge(load_run(a.out), warmup)
+        print(verdict.table())
+        return 0 if verdict.ok else 1
+    return Soak(_parse(args)).run()
+
+
+def _recorded_warmup(out: Path) -> float:
+    for event in _lines(out / "events.jsonl"):
+        if event["kind"] == "start":
+            return float(event["settings"]["warmup"])
+    raise SystemExit(f"{out}: no start event recorded")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
