@@ -43,7 +43,7 @@ import requests
 from mco import selfmetrics
 from mco.flags import duration
 from scripts.local_stack import LocalStack, Ports, StackSettings
-from scripts.procs import Managed, ScrapeTarget, free_port
+from scripts.procs import Managed, ScrapeTarget, free_port, wait_until
 from scripts.stress import StressUnavailableError
 from tests.extender import bodies
 
@@ -56,6 +56,8 @@ FLEET_PROFILES: Final = "typical,idle,busy,hot,pods"
 # After an outage ends the nodes must be fresh again within a window of samples and a margin.
 RECOVERY: Final = 180.0
 STRESS_KINDS: Final = ("io", "memory")
+# Recorded, not judged: the API stand-in is test infrastructure, not part of MCO.
+STANDIN: Final = "kube-api-standin"
 TASK_GAUGES: Final = {
     "mco-reporter": selfmetrics.REPORTER_ASYNCIO_TASKS,
     "mco-extender": selfmetrics.EXTENDER_ASYNCIO_TASKS,
@@ -188,6 +190,7 @@ class Settings:
     outage_every: float
     outage_for: float
     out: Path
+    api: bool = False
 
 
 class ProcessGone(Exception):
@@ -215,6 +218,9 @@ class Soak:
             StackSettings(workdir=settings.out / "stack", ports=Ports(0, 0, 0, 0), node="soak-node")
         )
         self.stack.prometheus.targets.append(ScrapeTarget("mco-fleet", f"127.0.0.1:{fleet_port}"))
+        self.kubeapi: Managed | None = None
+        if settings.api:
+            self.kubeapi = self._through_the_api(settings.out / "kubeconfig.yaml")
         self.stale_after = float(self.stack.config.report.stale_after)
         self.pids: dict[str, int] = {}
         self.outage_since: float | None = None
@@ -222,14 +228,32 @@ class Soak:
         self.freshness_checks = 0  # per outage: proof the check ran, in the outage-end event
         self.unrecovered = 0
 
+    def _through_the_api(self, kubeconfig: Path) -> Managed:
+        """The reporter writes the report to the API stand-in (with its Lease and its watch of
+        the DetectionRuleConfig) and the extender watches it there, as in a cluster, instead of
+        the file of `make run`."""
+        reporter, extender = self.stack.reporter, self.stack.extender
+        reporter.argv = [a for a in reporter.argv if not a.startswith("--output=")]
+        reporter.argv += [f"--kubeconfig={kubeconfig}", "--leader-elect-namespace=mco"]
+        extender.argv = [a for a in extender.argv if not a.startswith("--report-file=")]
+        extender.argv += [f"--kubeconfig={kubeconfig}"]
+        return Managed(
+            [sys.executable, "-m", "bench.kubeapi", f"--kubeconfig={kubeconfig}"],
+            name="kube-api-standin",
+            log_path=self.s.out / "kubeapi.log",
+        )
+
     def processes(self) -> dict[str, Managed]:
         s = self.stack
-        return {
+        procs = {
             "mco-exporter": s.exporter,
             "mco-reporter": s.reporter,
             "mco-extender": s.extender,
             "prometheus": s.prometheus,
         }
+        if self.kubeapi is not None:
+            procs[STANDIN] = self.kubeapi
+        return procs
 
     def run(self) -> int:
         rec, s = self.recorder, self.s
@@ -240,6 +264,10 @@ class Soak:
         self.fleet.wait_http(f"http://{self.stack.prometheus.targets[-1].address}/", timeout=60)
         load: SchedulerLoad | None = None
         try:
+            if self.kubeapi is not None:
+                self.kubeapi.start()
+                wait_until(lambda: (s.out / "kubeconfig.yaml").exists(), timeout=60,
+                           what="the API stand-in")  # fmt: skip
             self.stack.start()
             self.pids = {name: p.pid for name, p in self.processes().items()}
             nodes = ["soak-node"] + [f"node-{i:05d}" for i in range(s.nodes)]
@@ -254,6 +282,8 @@ class Soak:
                 rec.event("scheduler-calls", statuses=load.statuses, errors=load.errors)
             self.stack.stop()
             self.fleet.stop()
+            if self.kubeapi is not None:
+                self.kubeapi.stop()
             rec.event("end")
         verdict = judge(load_run(s.out), s.warmup)
         print(verdict.table())
@@ -478,7 +508,7 @@ def judge(run: Run, warmup: float) -> Verdict:
     span = judged[-1]["elapsed"] - judged[0]["elapsed"]
     window = max(span / 10, 0.0)
     growth: list[Growth] = []
-    processes = sorted({p for s in judged for p in s["procs"]})
+    processes = sorted({p for s in judged for p in s["procs"]} - {STANDIN})
     for process in processes:
         for metric in ("rss", "fds", "threads", "tasks", "cpu"):
             points = _series(judged, process, metric)
@@ -513,6 +543,11 @@ def _parse(argv: Sequence[str]) -> Settings:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     p.add_argument("--duration", type=duration, default=duration("20m"))
     p.add_argument("--quick", action="store_true", help="a 4-minute run with compressed periods")
+    p.add_argument(
+        "--api",
+        action="store_true",
+        help="report through a Kubernetes API stand-in (writes, Lease, watches) instead of a file",
+    )
     p.add_argument("--nodes", type=int, default=100, help="synthetic fleet nodes (default 100)")
     p.add_argument("--sample", type=duration, default=None, help="default 15s (5s with --quick)")
     p.add_argument(
@@ -552,6 +587,7 @@ def _parse(argv: Sequence[str]) -> Settings:
         outage_every=pick(a.outage_every, "30m", "2m"),
         outage_for=pick(a.outage_for, "90s", "75s"),
         out=out,
+        api=a.api,
     )
 
 
