@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from mco import selfmetrics, webserver
-from mco.webconfig import WebSettings
 from mco.asynciotasks import AsyncioTasks
+from mco.webconfig import WebSettings
 from reporter.sink import Medium, SinkResult
 
 
