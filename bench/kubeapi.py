@@ -1,10 +1,12 @@
-"""The Kubernetes API stand-in of the reporter's tests (tests/reporter/kapi.py: kmock with
-resourceVersion semantics) as a process, for benchmarks that run MCO's parts against an API.
+"""The Kubernetes API stand-in of the tests (kmock with resourceVersion semantics and
+server-side apply: tests/reporter/kapi.py, tests/rulegen/test_controller.py) as a process, for
+benchmarks that run MCO's controllers against an API.
 
 ``python -m bench.kubeapi --kubeconfig FILE`` serves on a free port and writes a kubeconfig that
-points at it once it serves. It knows the resources the reporter and the extender use
-(NodeInterferenceReports, DetectionRuleConfigs, Leases). kmock keeps every request for tests'
-assertions; a process that serves for hours keeps only the latest ones.
+points at it once it serves. It knows the resources MCO reads and writes (NodeInterferenceReports,
+DetectionRuleConfigs, PrometheusRules, Leases) and holds one DetectionRuleConfig, ``default``,
+with the default spec. kmock keeps every request for tests' assertions; a process that serves for
+hours keeps only the latest ones.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from pathlib import Path
 import kmock
 import yaml
 
-from rulegen.model import API_GROUP, API_VERSION, PLURAL
-from tests.reporter.kapi import versioned_kubernetes
+from rulegen.model import API_GROUP, API_VERSION, DEFAULT_NAME, KIND, PLURAL
+from tests.reporter.kapi import REPORTS
+from tests.rulegen.test_controller import DRC, LEASES, RULES, Cluster
 
-CONFIGS = kmock.resource(API_GROUP, API_VERSION, PLURAL)
 KEPT_REQUESTS = 256
+CONFIG_PATH = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"
 
 
 def kubeconfig(url: str) -> dict[str, object]:
@@ -38,9 +41,22 @@ def kubeconfig(url: str) -> dict[str, object]:
 
 
 async def serve(path: Path) -> None:
-    async with versioned_kubernetes() as k:
-        k.resources[CONFIGS] = kmock.ResourceInfo(
-            kind="DetectionRuleConfig", namespaced=False, subresources={"status"}
+    # Not strict: a missing object (the Lease before its first holder) is a 404.
+    async with Cluster(strict=False) as k, kmock.Server(k):
+        k.resources[REPORTS] = kmock.ResourceInfo(
+            kind="NodeInterferenceReport", namespaced=False, subresources={"status"}
+        )
+        k.resources[DRC] = kmock.ResourceInfo(kind=KIND, namespaced=False, subresources={"status"})
+        k.resources[RULES] = kmock.ResourceInfo(kind="PrometheusRule", namespaced=True)
+        k.resources[LEASES] = kmock.ResourceInfo(kind="Lease", namespaced=True)
+        await k.post(
+            CONFIG_PATH,
+            json={
+                "apiVersion": f"{API_GROUP}/{API_VERSION}",
+                "kind": KIND,
+                "metadata": {"name": DEFAULT_NAME, "generation": 1},
+                "spec": {},
+            },
         )
         partial = path.with_suffix(".partial")
         partial.write_text(yaml.safe_dump(kubeconfig(str(k.url).rstrip("/"))))

@@ -27,8 +27,10 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import re
+import signal
 import statistics
 import sys
 import threading
@@ -39,9 +41,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import requests
+import yaml
 
+from bench.kubeapi import CONFIG_PATH
 from mco import selfmetrics
 from mco.flags import duration
+from rulegen.model import DEFAULT_NAME
 from scripts.local_stack import LocalStack, Ports, StackSettings
 from scripts.procs import Managed, ScrapeTarget, free_port, wait_until
 from scripts.stress import StressUnavailableError
@@ -61,7 +66,12 @@ STANDIN: Final = "kube-api-standin"
 TASK_GAUGES: Final = {
     "mco-reporter": selfmetrics.REPORTER_ASYNCIO_TASKS,
     "mco-extender": selfmetrics.EXTENDER_ASYNCIO_TASKS,
+    "mco-rulegen": selfmetrics.RULEGEN_ASYNCIO_TASKS,
 }
+# With --api, each DetectionRuleConfig edit must be applied by the controller within this.
+CONFIG_APPLY: Final = 120.0
+# The edits alternate between these io limits (both valid, both above what idle nodes reach).
+IO_LIMITS: Final = (0.5, 0.6)
 
 
 @dataclass(frozen=True)
@@ -191,6 +201,7 @@ class Settings:
     outage_for: float
     out: Path
     api: bool = False
+    config_every: float = 900.0
 
 
 class ProcessGone(Exception):
@@ -218,9 +229,17 @@ class Soak:
             StackSettings(workdir=settings.out / "stack", ports=Ports(0, 0, 0, 0), node="soak-node")
         )
         self.stack.prometheus.targets.append(ScrapeTarget("mco-fleet", f"127.0.0.1:{fleet_port}"))
+        self.metrics_urls = {
+            "mco-reporter": f"http://127.0.0.1:{self.stack.ports.reporter}/metrics",
+            "mco-extender": f"{self.stack.extender_url}/metrics",
+        }
         self.kubeapi: Managed | None = None
+        self.rulegen: Managed | None = None
+        self.generation = 1  # of the DetectionRuleConfig the stand-in holds
+        self.config_due: float | None = None  # when the last edit must be applied by
         if settings.api:
-            self.kubeapi = self._through_the_api(settings.out / "kubeconfig.yaml")
+            self.kubeapi = self._through_the_api(self.kubeconfig)
+            self.rulegen = self._rulegen_controller(self.kubeconfig)
         self.stale_after = float(self.stack.config.report.stale_after)
         self.pids: dict[str, int] = {}
         self.outage_since: float | None = None
@@ -243,6 +262,51 @@ class Soak:
             log_path=self.s.out / "kubeapi.log",
         )
 
+    @property
+    def kubeconfig(self) -> Path:
+        return self.s.out / "kubeconfig.yaml"
+
+    def _rulegen_controller(self, kubeconfig: Path) -> Managed:
+        """mco-rulegen's controller following the stand-in's DetectionRuleConfig (and its guard
+        reading the stack's Prometheus), applying the PrometheusRule there."""
+        port = free_port()
+        self.metrics_urls["mco-rulegen"] = f"http://127.0.0.1:{port}/metrics"
+        return Managed(
+            [sys.executable, "-m", "rulegen", "controller", f"--kubeconfig={kubeconfig}",
+             f"--prometheus-url={self.stack.prometheus.url}",
+             f"--web.listen-address=127.0.0.1:{port}", "--leader-elect-namespace=mco"],
+            name="mco-rulegen", log_path=self.s.out / "stack" / "rulegen.log",
+        )  # fmt: skip
+
+    def _edit_config(self) -> None:
+        """A user's edit of the DetectionRuleConfig: the controller, the reporter and the
+        extender all follow it (new generation, another io limit)."""
+        server = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        self.generation += 1
+        limit = IO_LIMITS[self.generation % 2]
+        r = requests.patch(
+            f"{server}{CONFIG_PATH}/{DEFAULT_NAME}",
+            json={"metadata": {"generation": self.generation},
+                  "spec": {"hardConstraints": {"psiIOSomeMax": limit}}},
+            headers={"Content-Type": "application/merge-patch+json"}, timeout=10,
+        )  # fmt: skip
+        r.raise_for_status()
+        self.config_due = time.monotonic() + CONFIG_APPLY
+        self.recorder.event("config-edit", generation=self.generation, psiIOSomeMax=limit)
+
+    def _check_config(self, metrics: str) -> None:
+        if self.config_due is None:
+            return
+        if gauge(metrics, selfmetrics.RULEGEN_APPLIED_GENERATION) == self.generation:
+            waited = time.monotonic() - self.config_due + CONFIG_APPLY
+            self.recorder.event(
+                "config-applied", generation=self.generation, after=round(waited, 1)
+            )
+            self.config_due = None
+        elif time.monotonic() > self.config_due:
+            self.recorder.event("config-not-applied", generation=self.generation)
+            self.config_due = None
+
     def processes(self) -> dict[str, Managed]:
         s = self.stack
         procs = {
@@ -251,6 +315,8 @@ class Soak:
             "mco-extender": s.extender,
             "prometheus": s.prometheus,
         }
+        if self.rulegen is not None:
+            procs["mco-rulegen"] = self.rulegen
         if self.kubeapi is not None:
             procs[STANDIN] = self.kubeapi
         return procs
@@ -269,6 +335,9 @@ class Soak:
                 wait_until(lambda: (s.out / "kubeconfig.yaml").exists(), timeout=60,
                            what="the API stand-in")  # fmt: skip
             self.stack.start()
+            if self.rulegen is not None:
+                self.rulegen.start()
+                self.rulegen.wait_http(self.metrics_urls["mco-rulegen"], timeout=60)
             self.pids = {name: p.pid for name, p in self.processes().items()}
             nodes = ["soak-node"] + [f"node-{i:05d}" for i in range(s.nodes)]
             load = SchedulerLoad(self.stack.extender_url, nodes, rec, period=0.5)
@@ -280,6 +349,8 @@ class Soak:
                 load.stop.set()
                 load.join(timeout=60)
                 rec.event("scheduler-calls", statuses=load.statuses, errors=load.errors)
+            if self.rulegen is not None:
+                self.rulegen.stop()
             self.stack.stop()
             self.fleet.stop()
             if self.kubeapi is not None:
@@ -295,6 +366,7 @@ class Soak:
         start = time.monotonic()
         next_sample = next_stress = start
         next_outage = start + s.outage_every
+        next_config = start + s.config_every if self.rulegen is not None else math.inf
         stress_until = outage_until = None
         stress_turn = 0
         last_progress = start
@@ -326,6 +398,9 @@ class Soak:
                 self.freshness_checks = 0
                 self._await_recovery()
                 self.outage_since = outage_until = None
+            if now >= next_config and self.config_due is None:
+                self._edit_config()
+                next_config = now + s.config_every
             if now >= next_sample:
                 self._sample()
                 next_sample = now + s.sample
@@ -349,13 +424,14 @@ class Soak:
                 raise ProcessGone(name)
             with contextlib.suppress(OSError):
                 procs[name] = proc_stats(proc.pid)
-        for name, metric in TASK_GAUGES.items():
-            url = self.stack.urls()[name.removeprefix("mco-") + " /metrics"]
+        for name, url in self.metrics_urls.items():
             r = requests.get(url, timeout=10)
             if r.status_code >= 500:
                 self.recorder.event("5xx", path=url, status=r.status_code)
-            if (value := gauge(r.text, metric)) is not None and name in procs:
+            if (value := gauge(r.text, TASK_GAUGES[name])) is not None and name in procs:
                 procs[name]["tasks"] = value
+            if name == "mco-rulegen":
+                self._check_config(r.text)
         self.recorder.sample(procs)
         self._check_freshness()
 
@@ -421,7 +497,13 @@ class Growth:
         return self.end <= self.limit
 
 
-FAILING_EVENTS: Final = ("restart", "5xx", "fresh-while-down", "not-recovered")
+FAILING_EVENTS: Final = (
+    "restart",
+    "5xx",
+    "fresh-while-down",
+    "not-recovered",
+    "config-not-applied",
+)
 
 
 @dataclass
@@ -548,6 +630,12 @@ def _parse(argv: Sequence[str]) -> Settings:
         action="store_true",
         help="report through a Kubernetes API stand-in (writes, Lease, watches) instead of a file",
     )
+    p.add_argument(
+        "--config-every",
+        type=duration,
+        default=None,
+        help="with --api: edit the DetectionRuleConfig this often (default 15m)",
+    )
     p.add_argument("--nodes", type=int, default=100, help="synthetic fleet nodes (default 100)")
     p.add_argument("--sample", type=duration, default=None, help="default 15s (5s with --quick)")
     p.add_argument(
@@ -586,6 +674,7 @@ def _parse(argv: Sequence[str]) -> Settings:
         stress_for=pick(a.stress_for, "60s", "20s"),
         outage_every=pick(a.outage_every, "30m", "2m"),
         outage_for=pick(a.outage_for, "90s", "75s"),
+        config_every=pick(a.config_every, "15m", "60s"),
         out=out,
         api=a.api,
     )
@@ -602,6 +691,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         verdict = judge(load_run(a.out), warmup)
         print(verdict.table())
         return 0 if verdict.ok else 1
+    # SIGTERM (a CI timeout, `kill`) stops the stack like Ctrl-C does: nothing is left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     return Soak(_parse(args)).run()
 
 

@@ -116,18 +116,22 @@ def test_a_short_soak_through_the_api_with_stress_and_an_outage_passes(tmp_path:
     # through the API stand-in: the extender can only know the nodes from its watch.
     proc = _soak("--api", f"--out={tmp_path}", "--duration=110s", "--warmup=30s", "--sample=3s",
                  "--outage-every=45s", "--outage-for=50s", "--stress-every=40s",
-                 "--stress-for=10s")  # fmt: skip
+                 "--stress-for=10s", "--config-every=30s")  # fmt: skip
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out
     events = _events(tmp_path)
     kinds = [e["kind"] for e in events]
     assert "stress-start" in kinds and "recovered" in kinds
+    # The controller applied each edit of the DetectionRuleConfig, in order.
+    edits = [e["generation"] for e in events if e["kind"] == "config-edit"]
+    assert edits and [e["generation"] for e in events if e["kind"] == "config-applied"] == edits
     ended = next(e for e in events if e["kind"] == "outage-end")
     assert ended["freshness_checks"] >= 2
     calls = next(e for e in events if e["kind"] == "scheduler-calls")
     assert set(calls["statuses"]) == {"200"} and calls["statuses"]["200"] > 100
     samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
-    assert all("tasks" in s["procs"]["mco-extender"] for s in samples[1:])
+    for name in ("mco-extender", "mco-reporter", "mco-rulegen"):
+        assert all("tasks" in s["procs"][name] for s in samples[1:]), name
     assert json.loads((tmp_path / "verdict.json").read_text())["ok"] is True
     assert "-> PASS" in out
     assert not (tmp_path / "stack" / "report.json").exists()
