@@ -35,9 +35,9 @@ def _run(
             {
                 "elapsed": float(t),
                 "procs": {
-                    "mco-extender": {"pid": 7, "rss": 80 * MIB, "cpu": 0.01 * t, "fds": 9,
+                    "mco-extender": {"pid": 7, "anon": 80 * MIB, "cpu": 0.01 * t, "fds": 9,
                                      "threads": 2, "tasks": 6},
-                    "prometheus": {"pid": pid, "rss": rss + rss_growth * t / seconds,
+                    "prometheus": {"pid": pid, "anon": rss + rss_growth * t / seconds,
                                    "cpu": 0.05 * since, "fds": 14, "threads": 8},
                 },
             }
@@ -60,7 +60,7 @@ def test_memory_growth_beyond_the_bound_fails_and_within_it_passes() -> None:
     verdict = judge(_run(rss_growth=200 * MIB), warmup=60)
     assert not verdict.ok
     bad = [(g.process, g.metric) for g in verdict.growth if not g.ok]
-    assert bad == [("prometheus", "rss")]
+    assert bad == [("prometheus", "anon")]
     assert "-> FAIL" in verdict.table()
 
 
@@ -93,6 +93,7 @@ def test_process_figures_follow_a_real_process(tmp_path: Path) -> None:
             f.close()
     assert after["fds"] - before["fds"] == 20
     assert after["rss"] - before["rss"] >= 60 * MIB
+    assert after["anon"] - before["anon"] >= 60 * MIB and after["anon"] <= after["rss"]
     assert after["threads"] >= 1 and after["cpu"] >= before["cpu"] > 0
 
 
