@@ -12,7 +12,7 @@ from typing import Final, NamedTuple
 
 from extender.config import UNSCHEDULABLE_AND_UNRESOLVABLE, VerdictConfig
 from mco.policy import NO_POLICY, Policy
-from reporter.schema import NodeEntry
+from reporter.schema import NodeEntry, Violation
 
 
 class PodFacts(NamedTuple):
@@ -91,9 +91,16 @@ def _missing(reason: str, message: str, config: VerdictConfig) -> Verdict:
     return _verdict(True, reason, f"{message}: neutral score", config.neutral_score, False)
 
 
+def _violation_part(v: Violation) -> str:
+    """A value already back under its limit is the rules' hysteresis holding the node out until
+    it stays under for clearAfter: said so, or the message reads as a contradiction."""
+    held = "; held until it stays under for clearAfter" if v.value <= v.limit else ""
+    return f"{v.constraint}={v.value:.4g} (limit {v.limit:.4g}{held})"
+
+
 def _violation_text(name: str, entry: NodeEntry) -> str:
     if entry.violations:
-        parts = [f"{v.constraint}={v.value:.4g} (limit {v.limit:.4g})" for v in entry.violations]
+        parts = [_violation_part(v) for v in entry.violations]
         return f"mco: node {name} violates hard constraint {'; '.join(parts)}"
     why = f" ({', '.join(entry.reasons)})" if entry.reasons else ""
     return f"mco: node {name} is marked unschedulable by its interference report{why}"

@@ -118,6 +118,19 @@ def test_hard_constraint_names_constraint_and_value():
     assert v2.volcano_code == 2 and not v2.unresolvable
 
 
+def test_a_violation_held_under_its_limit_says_it_is_held():
+    k = known(
+        level=0.1,
+        schedulable=False,
+        violations=[Violation("psi_io_some", 0.31, 0.6), Violation("psi_memory_full", 0.02, 0.005)],
+        reasons=["psi_io_some", "psi_memory_full"],
+    )
+    assert judge(k).message == (
+        "mco: node n1 violates hard constraint psi_io_some=0.31 (limit 0.6; held until it stays "
+        "under for clearAfter); psi_memory_full=0.02 (limit 0.005)"
+    )
+
+
 def test_unschedulable_without_violations_still_explains_itself():
     v = judge(known(schedulable=False, reasons=["psi_io_some"]))
     assert (
