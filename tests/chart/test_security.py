@@ -277,7 +277,7 @@ def test_the_taint_mode_adds_node_rights_to_the_reporter_only_when_on() -> None:
         ("", "nodes"): {"get", "list", "patch"},
     }
     # Only the reporter gains anything; the rule sits in its ClusterRole (Nodes are cluster-wide).
-    for name, rules in EXPECTED_RBAC.items():
+    for name in EXPECTED_RBAC:
         if name != "mco-reporter":
             assert permissions(on.objects, name) == permissions(off.objects, name)
     assert any("nodes" in r["resources"] for r in on.one("ClusterRole", "-reporter")["rules"])
