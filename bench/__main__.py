@@ -23,6 +23,7 @@ BENCHMARKS = {
     "placement": "bench.placement.run",
     # 20 minutes (4 with --quick); `make soak DURATION=24h` for the long run.
     "soak": "bench.soak",
+    "taint": "bench.taint",
 }
 # Not in a plain `make bench`: it runs for minutes (docs/benchmarks.md). Name it to run it.
 ON_REQUEST = {"placement"}
