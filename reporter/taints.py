@@ -22,8 +22,9 @@ Rules, the same as the extender's view of the report (``extender.judge``):
   others go on; an API server that is unreachable or throttles stops the round and backs off.
 
 What the reporter believes about the Nodes comes from one list at the start of a leader term
-and every ``--taint-resync`` (a taint a person removed by hand comes back there), and from the
-answers to its own patches in between.
+and every ``--taint-resync`` (a taint a person removed by hand comes back there), from the
+answers to its own patches in between, and from one read of a node that joined after the list
+when it first needs the taint.
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ class _Known:
 
     @property
     def tainted(self) -> bool:
+        """Carries MCO's taint exactly (key, value, effect)."""
+        return TAINT in self.taints
+
+    @property
+    def keyed(self) -> bool:
+        """Carries MCO's key in any form (another value or effect set by hand goes too)."""
         return any(ours(t) for t in self.taints)
 
 
@@ -139,6 +146,7 @@ class NodeTainter:
         self.backoff = backoff or Backoff(1.0, 30.0)
         self.retry_at = -math.inf
         self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
+        self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
         self._listed_at = -math.inf
 
     def forget(self) -> None:
@@ -162,6 +170,7 @@ class NodeTainter:
                 self.resync > 0 and self.clock() - self._listed_at >= self.resync
             ):
                 self._nodes = {n.name: _Known.of(n) for n in await self.api.list_all()}
+                self._absent.clear()
                 self._listed_at = self.clock()
         except ApiError as exc:
             self._error(result, exc, "listing the Nodes failed")
@@ -171,9 +180,15 @@ class NodeTainter:
         want = wanted(view, stale_after, now)
         # Removals first: under the rate limit, freeing a node wins over filtering one more.
         todo = [
-            (n, False) for n in sorted(n for n, k in nodes.items() if k.tainted and n not in want)
+            (n, False) for n in sorted(n for n, k in nodes.items() if k.keyed and n not in want)
         ]
-        todo += [(n, True) for n in sorted(n for n in want if n in nodes and not nodes[n].tainted)]
+        # A node that joined after the list is read once (``_set``); one without a Node object
+        # (a report from elsewhere) is not asked about again until the next list.
+        todo += [
+            (n, True)
+            for n in sorted(want)
+            if (n in nodes and not nodes[n].tainted) or (n not in nodes and n not in self._absent)
+        ]
         stopped = False
         for name, on in todo:
             if stopped or not self.may_write() or not self.bucket.take():
@@ -210,10 +225,12 @@ class NodeTainter:
                 fresh = await self.api.get(name)
                 if fresh is None:
                     nodes.pop(name, None)
+                    self._absent.add(name)
                     return False
                 known = nodes[name] = _Known.of(fresh)
-            taints = [t for t in known.taints if not ours(t)]
-            if on:
+            # Ours exactly as wanted stays where it is; any other value or effect of our key goes.
+            taints = [t for t in known.taints if not ours(t) or (on and t == TAINT)]
+            if on and TAINT not in taints:
                 taints.append(dict(TAINT))
             if taints == known.taints:
                 return False
@@ -225,6 +242,7 @@ class NodeTainter:
                     continue
                 if exc.kind == NOT_FOUND:
                     nodes.pop(name, None)
+                    self._absent.add(name)
                     return False
                 if exc.kind in UNCERTAIN:
                     known.rv = ""  # it may or may not have happened: read before writing

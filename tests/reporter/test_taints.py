@@ -205,6 +205,48 @@ async def test_a_node_gone_from_the_report_or_the_cluster(
     assert taints_of(kapi, "a") == []
 
 
+async def test_a_node_that_joins_after_the_list_is_read_once(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    kapi = nodes_served
+    await add_nodes(api_client, {"a": []})
+    rig = Rig(api_client, resync=0)  # one list only, at the start
+    await rig.cycle({"a": node(False)})
+    await add_nodes(api_client, {"late": OTHER})
+    result = await rig.cycle({"a": node(False), "late": node(True), "ghost": node(True)})
+    assert result.added == ["late"] and not result.errors
+    assert taints_of(kapi, "late") == [*OTHER, TAINT]
+    for _ in range(3):  # "ghost" has no Node object: asked about once, not every cycle
+        await rig.cycle({"a": node(False), "late": node(True), "ghost": node(True)})
+    ghost_reads = [r for r in kapi if r.resource == NODES and r.name == "ghost"]
+    assert len(ghost_reads) == 1
+
+
+async def test_our_taint_already_in_place_is_left_alone(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    """Wherever it sits in the list; a value or effect of our key that is not ours is replaced."""
+    kapi = nodes_served
+    await add_nodes(
+        api_client,
+        {
+            "a": [OTHER[0], TAINT, OTHER[1]],
+            "b": [{"key": "mco.io/interference", "value": "x", "effect": "NoExecute"}],
+        },
+    )
+    rig = Rig(api_client)
+    both = {"a": node(True), "b": node(True)}
+    await rig.cycle(both)
+    assert [r.name for r in node_patches(kapi)] == ["b"]  # a: already so, untouched
+    assert taints_of(kapi, "a") == [OTHER[0], TAINT, OTHER[1]]
+    assert taints_of(kapi, "b") == [TAINT]
+    result = await rig.cycle(both)
+    assert not result.added and not result.removed
+    result = await rig.cycle({"a": node(False), "b": node(False)})
+    assert sorted(result.removed) == ["a", "b"]
+    assert taints_of(kapi, "a") == OTHER and taints_of(kapi, "b") == []
+
+
 async def test_stale_data_removes_the_taint_and_never_adds_one(
     nodes_served: VersionedKubernetes, api_client: client.ApiClient
 ) -> None:
