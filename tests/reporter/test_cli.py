@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 
 from reporter.cli import parse_settings, run
 from reporter.engine import Reporter
+from reporter.kubeapi import call
 from reporter.query import Kind, Plan
 from reporter.taints import TAINT
 from rulegen import series
@@ -142,7 +143,7 @@ async def test_taint_nodes_is_off_by_default_and_taints_once_on(kapi, tmp_path: 
     kapi.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False)
     api = client.ApiClient(client.Configuration(host=str(kapi.url).rstrip("/")))
     async with api:
-        await client.CoreV1Api(api).create_node({"metadata": {"name": "a"}})
+        await call(client.CoreV1Api(api).create_node, {"metadata": {"name": "a"}}, timeout=5)
     assert parse_settings(["--prometheus-url=http://x"]).taint is None
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kapi.url).rstrip("/"))
     hot = quiet_values(PLAN)

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 from mco.backoff import Backoff
 from reporter.engine import Reporter
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.kubeapi import ReportApi
+from reporter.kubeapi import MERGE_PATCH, ReportApi, call
 from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
@@ -95,7 +95,7 @@ async def add_nodes(api_client: client.ApiClient, taints: dict[str, list[dict[st
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
         if node_taints:
             body["spec"] = {"taints": node_taints}
-        await v1.create_node(body)
+        await call(v1.create_node, body, timeout=5)
 
 
 def taints_of(kapi: VersionedKubernetes, name: str) -> list[dict[str, Any]]:
@@ -150,11 +150,8 @@ async def test_a_conflict_is_retried_on_a_fresh_read(
     await rig.cycle({"a": node(False)})  # the tainter lists the Nodes: rv known
     # Someone (a kubelet, a person) changes the Node meanwhile: our rv is old.
     v1 = client.CoreV1Api(api_client)
-    await v1.patch_node(
-        "a",
-        {"spec": {"taints": [OTHER[1]]}},
-        _content_type="application/merge-patch+json",
-    )
+    body = {"spec": {"taints": [OTHER[1]]}}
+    await call(v1.patch_node, "a", body, timeout=5, _content_type=MERGE_PATCH)
     result = await rig.cycle({"a": node(True)})
     assert result.added == ["a"] and not result.errors
     assert taints_of(kapi, "a") == [OTHER[1], TAINT]  # their change kept, ours added
@@ -335,9 +332,8 @@ async def test_a_taint_removed_by_hand_comes_back_at_the_resync(
     await add_nodes(api_client, {"a": []})
     rig = Rig(api_client, resync=10.0)
     await rig.cycle({"a": node(True)})
-    await client.CoreV1Api(api_client).patch_node(
-        "a", {"spec": {"taints": []}}, _content_type="application/merge-patch+json"
-    )
+    v1 = client.CoreV1Api(api_client)
+    await call(v1.patch_node, "a", {"spec": {"taints": []}}, timeout=5, _content_type=MERGE_PATCH)
     back_after = 0
     while TAINT not in taints_of(kapi, "a"):
         await rig.cycle({"a": node(True)})

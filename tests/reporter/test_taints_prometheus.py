@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
-from reporter.kubeapi import ReportApi
+from reporter.kubeapi import ReportApi, call
 from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
@@ -41,7 +41,7 @@ async def test_taint_follows_prometheus_held_flag(
     kapi: VersionedKubernetes, api_client: client.ApiClient, tmp_path: Path
 ) -> None:
     kapi.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False)
-    await client.CoreV1Api(api_client).create_node({"metadata": {"name": "a"}})
+    await call(client.CoreV1Api(api_client).create_node, {"metadata": {"name": "a"}}, timeout=5)
     exceeded = {"value": 0}
 
     async def metrics(_: web.Request) -> web.Response:
