@@ -21,9 +21,9 @@ BENCHMARKS = {
     "shards": "bench.shards",
     "hysteresis": "bench.hysteresis",
     "placement": "bench.placement.run",
+    "taint": "bench.taint",
     # 20 minutes (4 with --quick); `make soak DURATION=24h` for the long run.
     "soak": "bench.soak",
-    "taint": "bench.taint",
 }
 # Not in a plain `make bench`: it runs for minutes (docs/benchmarks.md). Name it to run it.
 ON_REQUEST = {"placement"}
