@@ -21,6 +21,7 @@ BENCHMARKS = {
     "shards": "bench.shards",
     "hysteresis": "bench.hysteresis",
     "placement": "bench.placement.run",
+    "taint": "bench.taint",
     # 20 minutes (4 with --quick); `make soak DURATION=24h` for the long run.
     "soak": "bench.soak",
 }

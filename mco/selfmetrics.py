@@ -42,6 +42,12 @@ REPORTER_RULE_CONFIG_MISMATCH: Final = "mco_reporter_rule_config_mismatch"
 # Per PromQL source (a shard), labelled with its URL without credentials.
 REPORTER_SOURCE_UP: Final = "mco_reporter_source_up"
 REPORTER_SOURCE_NODES: Final = "mco_reporter_source_nodes"
+# The taint mode (--taint-nodes): MCO's NoSchedule taint on nodes with a held hard constraint.
+REPORTER_TAINTS_ADDED: Final = "mco_reporter_taints_added_total"
+REPORTER_TAINTS_REMOVED: Final = "mco_reporter_taints_removed_total"
+REPORTER_TAINT_ERRORS: Final = "mco_reporter_taint_errors_total"
+REPORTER_TAINTED_NODES: Final = "mco_reporter_tainted_nodes"
+REPORTER_TAINT_PENDING: Final = "mco_reporter_taint_pending_nodes"
 
 # --- mco-extender (extender/metrics.py)
 EXTENDER_REPORT_LOADED: Final = "mco_extender_report_loaded"

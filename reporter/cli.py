@@ -31,6 +31,7 @@ from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
+from reporter.nodeapi import NodeApi
 from reporter.promql import (
     AnswerBudget,
     PromQLClient,
@@ -42,6 +43,7 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
 from reporter.source_flags import add_source_flags
+from reporter.taints import NodeTainter
 from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
@@ -105,6 +107,28 @@ def build_parser() -> argparse.ArgumentParser:
         lease_name="mco-reporter",
         what="write the report",
     )
+    taints = p.add_argument_group(
+        "taint mode",
+        "keep the taint mco.io/interference=hard-constraint:NoSchedule on nodes with a held "
+        "hard constraint, so schedulers filter them without calling the extender (needs RBAC "
+        "on nodes: get, list, patch)",
+    )
+    taints.add_argument(
+        "--taint-nodes", action="store_true", help="turn the taint mode on (default off)"
+    )
+    taints.add_argument(
+        "--taint-qps", type=float, default=5.0, help="Node patches per second (default 5)"
+    )
+    taints.add_argument(
+        "--taint-burst", type=int, default=10, help="Node patches at once (default 10)"
+    )
+    taints.add_argument(
+        "--taint-resync",
+        type=duration,
+        default=600.0,
+        metavar="DURATION",
+        help="list every Node again this often (default 10m; 0: only at a leader term's start)",
+    )
     web_ = p.add_argument_group("self-metrics")
     add_web_flags(web_, default_listen=DEFAULT_LISTEN, listen_help="; '' turns it off")
     add_log_flags(p)
@@ -151,6 +175,16 @@ async def run(settings: ReporterSettings) -> int:
     else:
         assert settings.output is not None  # no API client: --output was given
         sink = FileSink(settings.output, chooser)
+    tainter: NodeTainter | None = None
+    if api_client is not None and settings.taint is not None:
+        tainter = NodeTainter(
+            NodeApi(api_client, timeout=settings.api_timeout),
+            metrics,
+            qps=settings.taint.qps,
+            burst=settings.taint.burst,
+            resync=settings.taint.resync,
+            may_write=elector.is_leader if elector is not None else (lambda: True),
+        )
     log.info(
         "starting",
         extra={
@@ -158,6 +192,7 @@ async def run(settings: ReporterSettings) -> int:
             "sink": settings.output or "kubernetes",
             "layout": settings.layout,
             "interval_s": settings.interval,
+            "taint_nodes": tainter is not None,
         },
     )
     runner = None
@@ -178,6 +213,7 @@ async def run(settings: ReporterSettings) -> int:
                 sink=sink,
                 live_within=settings.live_within,
                 refresh_after=settings.refresh_after,
+                tainter=tainter,
             )
             if settings.once:
                 await rules.refresh()

@@ -2,7 +2,8 @@
 
 One cycle is one instant query (``reporter.query``; one per shard, merged by
 ``reporter.shards``, when there are several sources), the tracker's update
-(``reporter.tracker``), then the sink's write; ``lead`` repeats it every interval for one
+(``reporter.tracker``), then the sink's write and, with ``--taint-nodes``, the Nodes' taints
+(``reporter.taints``); ``lead`` repeats it every interval for one
 leader term (the whole run without leader election), following the DetectionRuleConfig
 meanwhile. The CLI, the tests and the benchmark all drive this module.
 """
@@ -27,6 +28,7 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import ReportConfig
 from reporter.shards import gather
 from reporter.sink import Sink, SinkResult
+from reporter.taints import NodeTainter, TaintResult
 from reporter.thresholds import constraint_configs, detection_configs
 from reporter.tracker import CycleResult, Tracker
 from rulegen.durations import format_duration
@@ -42,6 +44,7 @@ class Outcome:
     message: str = ""
     result: CycleResult | None = None
     written: SinkResult | None = None  # what the sink did (None: it was not reached)
+    taints: TaintResult | None = None  # what the taint mode did (None: off, or not reached)
 
 
 def report_config(cfg: DetectionRuleConfig, generation: int | None) -> ReportConfig:
@@ -78,6 +81,7 @@ class Reporter:
         sink: Sink,
         live_within: float | None = None,
         refresh_after: float = 0.0,
+        tainter: NodeTainter | None = None,
     ) -> None:
         # One source, or one per shard (the same query layer's URL given twice is refused).
         self.sources = (source,) if isinstance(source, PromQLClient) else tuple(source)
@@ -90,6 +94,7 @@ class Reporter:
         self.sink = sink
         self.live_within = live_within
         self.refresh_after = refresh_after
+        self.tainter = tainter  # --taint-nodes: None when off (no Node is ever touched)
         self._config = rules.config
         self._report_config = report_config(rules.config, rules.generation)
         self._culprits = self._culprits_query(self._config)
@@ -121,6 +126,8 @@ class Reporter:
         self.tracker = self._new_tracker(self._config)
         self.seeded = False
         self.sink.forget()
+        if self.tainter is not None:
+            self.tainter.forget()
 
     async def seed(self) -> None:
         """Start from what the sink already holds, so unchanged nodes are not rewritten and a
@@ -197,6 +204,10 @@ class Reporter:
         if not written.ok and outcome.ok:
             outcome = Outcome(False, written.message, result)
         outcome.written = written
+        if self.tainter is not None:
+            # After the report: the taints follow the entries just written, and the same
+            # staleAfter the extender applies to them.
+            outcome.taints = await self.tainter.sync(view, float(cfg.report.stale_after), at)
         # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
         # reached the readers: a sink that fails or backs off leaves them with old data.
         if queried and written.delivered:

@@ -63,24 +63,7 @@ class ReportApi:
         self.stats = WriteStats()
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> bytes:
-        try:
-            response = await method(
-                *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
-            )
-            try:
-                body: bytes = await response.read()
-                status: int = response.status
-            finally:
-                response.release()
-        except TimeoutError as exc:
-            raise Unreachable(0, f"no answer within {self.timeout:g}s") from exc
-        except (aiohttp.ClientError, OSError, client.ApiException) as exc:
-            error = classify(exc)  # ApiException: raised by some client versions on errors
-            assert error is not None
-            raise error from exc
-        if 200 <= status < 300:
-            return body
-        raise status_error(status, body)
+        return await call(method, *args, timeout=self.timeout, **kwargs)
 
     def _count(self, verb: str, body: Any) -> None:
         # The client sends json.dumps(body); count exactly that.
@@ -146,6 +129,26 @@ class ReportApi:
         except ApiError as exc:
             if exc.kind != NOT_FOUND:
                 raise
+
+
+async def call(method: Any, *args: Any, timeout: float, **kwargs: Any) -> bytes:
+    """One kubernetes-asyncio call, its answer read raw; any failure as an ``ApiError``."""
+    try:
+        response = await method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+        try:
+            body: bytes = await response.read()
+            status: int = response.status
+        finally:
+            response.release()
+    except TimeoutError as exc:
+        raise Unreachable(0, f"no answer within {timeout:g}s") from exc
+    except (aiohttp.ClientError, OSError, client.ApiException) as exc:
+        error = classify(exc)  # ApiException: raised by some client versions on errors
+        assert error is not None
+        raise error from exc
+    if 200 <= status < 300:
+        return body
+    raise status_error(status, body)
 
 
 async def gather_limited(limit: int, jobs: list[Any]) -> list[ApiError | None]:

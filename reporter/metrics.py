@@ -116,6 +116,33 @@ class ReporterMetrics:
             ["source"],
             registry=r,
         )
+        self.taints_added = Counter(
+            selfmetrics.REPORTER_TAINTS_ADDED,
+            "Nodes given MCO's NoSchedule taint (--taint-nodes).",
+            registry=r,
+        )
+        self.taints_removed = Counter(
+            selfmetrics.REPORTER_TAINTS_REMOVED,
+            "Nodes whose MCO taint was removed: constraint cleared, data stale, node left the "
+            "report.",
+            registry=r,
+        )
+        self.taint_errors = Counter(
+            selfmetrics.REPORTER_TAINT_ERRORS,
+            "Failed Node list, read or patch calls of the taint mode, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.tainted_nodes = Gauge(
+            selfmetrics.REPORTER_TAINTED_NODES,
+            "Nodes carrying MCO's taint, as this replica last saw them (0 when not leading).",
+            registry=r,
+        )
+        self.taint_pending = Gauge(
+            selfmetrics.REPORTER_TAINT_PENDING,
+            "Taint changes due at the last cycle but held back by the rate limit or a back-off.",
+            registry=r,
+        )
         for kind in (
             "source_unreachable",
             "source_timeout",

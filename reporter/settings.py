@@ -20,6 +20,29 @@ from reporter.source_flags import source_configs
 
 
 @dataclass(frozen=True, slots=True)
+class TaintSettings:
+    """The taint mode's pace (``reporter.taints``)."""
+
+    qps: float = 5.0
+    burst: int = 10
+    resync: float = 600.0  # seconds between full Node lists; 0: only at a leader term's start
+
+
+def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
+    if not args.taint_nodes:
+        return None
+    if args.output is not None:
+        raise ValueError(
+            "--taint-nodes patches Nodes through the Kubernetes API: not with --output"
+        )
+    if not args.taint_qps > 0 or args.taint_burst < 1:
+        raise ValueError("--taint-qps must be positive and --taint-burst at least 1")
+    if args.taint_resync < 0:
+        raise ValueError("--taint-resync must not be negative")
+    return TaintSettings(args.taint_qps, args.taint_burst, args.taint_resync)
+
+
+@dataclass(frozen=True, slots=True)
 class ReporterSettings:
     sources: tuple[SourceConfig, ...]  # one, or one per shard (the same flags, another URL)
     interval: float = 1.0
@@ -35,6 +58,7 @@ class ReporterSettings:
     refresh_after: float = 0.0
     kubeconfig: str | None = None
     api_timeout: float = 10.0
+    taint: TaintSettings | None = None  # --taint-nodes; None: off, no Node is touched
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     web: WebSettings | None = None  # None: no self-metrics server (--web.listen-address='')
     log: LogSettings = field(default_factory=LogSettings)
@@ -65,6 +89,7 @@ class ReporterSettings:
             refresh_after=args.refresh_after,
             kubeconfig=args.kubeconfig,
             api_timeout=args.api_timeout,
+            taint=taint_settings(args),
             leader=leader_settings(args),
             web=web_settings(args) if args.listen else None,
             log=log_settings(args),

@@ -261,3 +261,34 @@ def test_notes_say_what_the_exporter_runs_as() -> None:
     assert "running as UID 65532 without capabilities" in render({}).notes
     notes = render({"exporter": {"kernelEvents": {"enabled": True}}}).notes
     assert "running as root with BPF, PERFMON, SYS_RESOURCE" in notes
+
+
+def test_the_taint_mode_adds_node_rights_to_the_reporter_only_when_on() -> None:
+    """reporter.taintNodes.enabled: the reporter's ClusterRole gains get/list/patch on nodes
+    (reporter/nodeapi.py's calls) and its Deployment the flags; off (the default), neither."""
+    from reporter.cli import build_parser as reporter_parser
+
+    base = scenario_values("full")
+    off = render(base)
+    on = render(merge(base, {"reporter": {"taintNodes": {"enabled": True, "qps": 2}}}))
+    assert ("", "nodes") not in permissions(off.objects, "mco-reporter")
+    assert permissions(on.objects, "mco-reporter") == {
+        **EXPECTED_RBAC["mco-reporter"],
+        ("", "nodes"): {"get", "list", "patch"},
+    }
+    # Only the reporter gains anything; the rule sits in its ClusterRole (Nodes are cluster-wide).
+    for name in EXPECTED_RBAC:
+        if name != "mco-reporter":
+            assert permissions(on.objects, name) == permissions(off.objects, name)
+    assert any("nodes" in r["resources"] for r in on.one("ClusterRole", "-reporter")["rules"])
+
+    def args(rendered: Any) -> Any:
+        deployment = rendered.one("Deployment", "-reporter")
+        return reporter_parser().parse_args(
+            deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        )
+
+    assert not args(off).taint_nodes
+    parsed = args(on)
+    assert parsed.taint_nodes and parsed.taint_qps == 2.0
+    assert (parsed.taint_burst, parsed.taint_resync) == (10, 600.0)

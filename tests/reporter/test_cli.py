@@ -13,13 +13,17 @@ import sys
 import time
 from pathlib import Path
 
+import kmock
 import pytest
 import requests
 import trustme
+from kubernetes_asyncio import client
 
 from reporter.cli import parse_settings, run
 from reporter.engine import Reporter
+from reporter.kubeapi import call
 from reporter.query import Kind, Plan
+from reporter.taints import TAINT
 from rulegen import series
 from scripts.procs import Managed, free_port
 from tests.reporter.conftest import validate_object, write_kubeconfig
@@ -28,6 +32,7 @@ from tests.reporter.helpers import quiet_values
 from tests.secured_web import assert_secured, hosts, secured_web, wait_served
 
 PLAN = Plan(compact=False)
+NODES = kmock.resource("", "v1", "nodes")
 
 
 async def once(*argv: str) -> int:
@@ -61,6 +66,9 @@ async def once(*argv: str) -> int:
             ["--prometheus-url=http://x", "--rule-config=/nonexistent.yaml", "--output=-"],
             "--rule-config",
         ),
+        (["--prometheus-url=http://x", "--taint-nodes", "--output=-"], "not with --output"),
+        (["--prometheus-url=http://x", "--taint-nodes", "--taint-qps=0"], "--taint-qps"),
+        (["--prometheus-url=http://x", "--taint-nodes", "--taint-resync=-1"], "--taint-resync"),
     ],
 )
 async def test_bad_flags_exit_2_with_the_reason(argv, text, capsys) -> None:
@@ -127,6 +135,27 @@ async def test_once_writes_to_the_kubernetes_api(kapi, tmp_path: Path) -> None:
     # The API token from the kubeconfig reached the API server, and nowhere else.
     auth = {r.headers.get("Authorization") for r in kapi}
     assert auth == {"Bearer secret-token-do-not-log"}
+
+
+async def test_taint_nodes_is_off_by_default_and_taints_once_on(kapi, tmp_path: Path) -> None:
+    """``--taint-nodes`` (reporter.taints): off, no Node request at all; on, the violated
+    node gets MCO's taint (tests/reporter/test_taints.py covers the rest)."""
+    kapi.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False)
+    api = client.ApiClient(client.Configuration(host=str(kapi.url).rstrip("/")))
+    async with api:
+        await call(client.CoreV1Api(api).create_node, {"metadata": {"name": "a"}}, timeout=5)
+    assert parse_settings(["--prometheus-url=http://x"]).taint is None
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kapi.url).rstrip("/"))
+    hot = quiet_values(PLAN)
+    hot[(Kind.VIOLATED, "psi_io_some")] = 1.0
+    async with fake_prometheus() as prom:
+        prom.nodes = {"a": hot}
+        assert await once(f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}") == 0
+        assert [r.method.value for r in kapi if r.resource == NODES] == ["POST"]
+        argv = (f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}", "--taint-nodes")
+        assert await once(*argv) == 0
+    taints = kapi.objects[NODES, None, "a"].raw["spec"]["taints"]
+    assert taints == [TAINT]
 
 
 async def test_once_fails_when_the_api_refuses(kapi, tmp_path: Path, capsys) -> None:

@@ -1,0 +1,278 @@
+"""The taint mode (``--taint-nodes``, off by default): a zero-call path for hard constraints.
+
+While a node's held hard-constraint flag (``node:mco_hard_constraint_violated:bool``, with the
+rules' holdFor/clearAfter hysteresis; the entry's ``schedulable: false``) is set, the node carries
+the taint ``mco.io/interference=hard-constraint:NoSchedule``; when it clears, the taint goes.
+kube-scheduler's TaintToleration filter and Volcano's predicates plugin then drop the node
+before any extender call, so Volcano's per-(task, node) predicate calls for it are saved.
+
+Rules, the same as the extender's view of the report (``extender.judge``):
+
+* Only fresh data adds or keeps a taint: an entry older than ``staleAfter`` (source down,
+  reporter partitioned from Prometheus) is fail-open, so its taint is removed, and a dead
+  Prometheus cannot keep nodes unschedulable. An entry dated ahead of this clock by more than
+  ``MAX_CLOCK_SKEW`` is not fresh either.
+* A node that leaves the report loses the taint.
+* Only the key ``mco.io/interference`` is ever written; every other taint is given back exactly
+  as read (``reporter.nodeapi``), under the ``resourceVersion`` precondition (409: read again).
+* Writes are paced by a token bucket (``--taint-qps``, ``--taint-burst``); removals go first,
+  so under the limit freeing nodes wins over filtering more. What the bucket holds back is
+  done in a later cycle (``mco_reporter_taint_pending_nodes``).
+* One node's failure (404, 422, 403, conflicts that never settle) is counted and logged and the
+  others go on; an API server that is unreachable or throttles stops the round and backs off.
+
+What the reporter believes about the Nodes comes from one list at the start of a leader term
+and every ``--taint-resync`` (a taint a person removed by hand comes back there), from the
+answers to its own patches in between, and from one read of a node that joined after the list
+when it first needs the taint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from mco.apierrors import (
+    CONFLICT,
+    CONNECTION,
+    NOT_FOUND,
+    THROTTLED,
+    UNCERTAIN,
+    ApiError,
+    Conflict,
+)
+from mco.backoff import Backoff
+from reporter.metrics import ReporterMetrics
+from reporter.nodeapi import NodeApi, NodeTaints
+from reporter.schema import MAX_CLOCK_SKEW, entry_time, parse_time
+from reporter.tracker import ReportView
+
+TAINT_KEY: Final = "mco.io/interference"
+TAINT_VALUE: Final = "hard-constraint"
+TAINT_EFFECT: Final = "NoSchedule"
+TAINT: Final = {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": TAINT_EFFECT}
+_ATTEMPTS: Final = 4
+_STOP_ROUND: Final = frozenset({CONNECTION, THROTTLED})  # not one node's fault: back off
+log = logging.getLogger("mco.reporter.taints")
+
+
+def wanted(view: ReportView, stale_after: float, now: float) -> set[str]:
+    """The nodes that should carry the taint: a fresh entry with a held hard constraint."""
+    heartbeat = parse_time(view.last_sync_time)
+    horizon, ahead = now - stale_after, now + MAX_CLOCK_SKEW
+    return {
+        name
+        for name, entry in view.entries.items()
+        if not entry.schedulable and horizon <= entry_time(entry, heartbeat) <= ahead
+    }
+
+
+def ours(taint: dict[str, Any]) -> bool:
+    return taint.get("key") == TAINT_KEY
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("taint rate limit: need qps > 0 and burst >= 1")
+        self.rate, self.burst, self.clock = rate, float(burst), clock
+        self.tokens = float(burst)
+        self.at = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+@dataclass(slots=True)
+class TaintResult:
+    skipped: bool = False  # not leading, or backing off: nothing was looked at
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # error kinds (mco.apierrors)
+    pending: int = 0  # changes due but held back by the rate limit or a stopped round
+
+
+@dataclass(slots=True)
+class _Known:
+    rv: str  # "" after an uncertain write: read the Node again before the next one
+    taints: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, node: NodeTaints) -> _Known:
+        return cls(node.rv, node.taints)
+
+    @property
+    def tainted(self) -> bool:
+        """Carries MCO's taint exactly (key, value, effect)."""
+        return TAINT in self.taints
+
+    @property
+    def keyed(self) -> bool:
+        """Carries MCO's key in any form (another value or effect set by hand goes too)."""
+        return any(ours(t) for t in self.taints)
+
+
+class NodeTainter:
+    def __init__(
+        self,
+        api: NodeApi,
+        metrics: ReporterMetrics,
+        *,
+        qps: float = 5.0,
+        burst: int = 10,
+        resync: float = 600.0,
+        may_write: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.resync = resync
+        self.may_write = may_write
+        self.clock = clock
+        self.bucket = TokenBucket(qps, burst, clock)
+        self.backoff = backoff or Backoff(1.0, 30.0)
+        self.retry_at = -math.inf
+        self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
+        self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
+        self._listed_at = -math.inf
+
+    def forget(self) -> None:
+        """Leadership lost: the next term lists the Nodes again."""
+        self._nodes = None
+        self.metrics.tainted_nodes.set(0)
+        self.metrics.taint_pending.set(0)
+
+    @property
+    def tainted(self) -> set[str]:
+        return {n for n, k in (self._nodes or {}).items() if k.tainted}
+
+    async def sync(self, view: ReportView, stale_after: float, now: float) -> TaintResult:
+        """Bring the Nodes' taints in line with ``view`` (as far as the rate limit allows)."""
+        result = TaintResult()
+        if not self.may_write() or self.clock() < self.retry_at:
+            result.skipped = True
+            return result
+        try:
+            if self._nodes is None or (
+                self.resync > 0 and self.clock() - self._listed_at >= self.resync
+            ):
+                self._nodes = {n.name: _Known.of(n) for n in await self.api.list_all()}
+                self._absent.clear()
+                self._listed_at = self.clock()
+        except ApiError as exc:
+            self._error(result, exc, "listing the Nodes failed")
+            self._back_off()
+            return result
+        nodes = self._nodes
+        want = wanted(view, stale_after, now)
+        # Removals first: under the rate limit, freeing a node wins over filtering one more.
+        todo = [
+            (n, False) for n in sorted(n for n, k in nodes.items() if k.keyed and n not in want)
+        ]
+        # A node that joined after the list is read once (``_set``); one without a Node object
+        # (a report from elsewhere) is not asked about again until the next list.
+        todo += [
+            (n, True)
+            for n in sorted(want)
+            if (n in nodes and not nodes[n].tainted) or (n not in nodes and n not in self._absent)
+        ]
+        stopped = False
+        for name, on in todo:
+            if stopped or not self.may_write() or not self.bucket.take():
+                result.pending += 1
+                continue
+            try:
+                changed = await self._set(name, on)
+            except ApiError as exc:
+                self._error(result, exc, "tainting a node failed", node=name)
+                if exc.kind in _STOP_ROUND:
+                    stopped = True
+                    self._back_off()
+                continue
+            if changed:
+                (result.added if on else result.removed).append(name)
+                self._log_change(name, on, view)
+        if not stopped:
+            self.backoff.reset()
+        m = self.metrics
+        m.taints_added.inc(len(result.added))
+        m.taints_removed.inc(len(result.removed))
+        m.tainted_nodes.set(sum(1 for k in nodes.values() if k.tainted))
+        m.taint_pending.set(result.pending)
+        return result
+
+    async def _set(self, name: str, on: bool) -> bool:
+        """Give ``name`` MCO's taint (``on``) or take it away; False: nothing to do (already so,
+        or the Node is gone). 409: read the Node again and retry."""
+        nodes = self._nodes
+        assert nodes is not None
+        for _ in range(_ATTEMPTS):
+            known = nodes.get(name)
+            if known is None or not known.rv:
+                fresh = await self.api.get(name)
+                if fresh is None:
+                    nodes.pop(name, None)
+                    self._absent.add(name)
+                    return False
+                known = nodes[name] = _Known.of(fresh)
+            # Ours exactly as wanted stays where it is; any other value or effect of our key goes.
+            taints = [t for t in known.taints if not ours(t) or (on and t == TAINT)]
+            if on and TAINT not in taints:
+                taints.append(dict(TAINT))
+            if taints == known.taints:
+                return False
+            try:
+                node = await self.api.patch_taints(name, taints, known.rv)
+            except ApiError as exc:
+                if exc.kind == CONFLICT:
+                    known.rv = ""
+                    continue
+                if exc.kind == NOT_FOUND:
+                    nodes.pop(name, None)
+                    self._absent.add(name)
+                    return False
+                if exc.kind in UNCERTAIN:
+                    known.rv = ""  # it may or may not have happened: read before writing
+                raise
+            nodes[name] = _Known.of(node)
+            return True
+        raise Conflict(409, f"Node {name}: still conflicting after {_ATTEMPTS} fresh reads")
+
+    def _error(self, result: TaintResult, exc: ApiError, what: str, **extra: str) -> None:
+        result.errors.append(exc.kind)
+        self.metrics.taint_errors.labels(exc.kind).inc()
+        log.warning(
+            what, extra={"kind": exc.kind, "status": exc.status, "err": exc.message, **extra}
+        )
+
+    def _back_off(self) -> None:
+        self.retry_at = self.clock() + self.backoff.next()
+
+    @staticmethod
+    def _log_change(name: str, on: bool, view: ReportView) -> None:
+        entry = view.entries.get(name)
+        if on:
+            assert entry is not None
+            why = ",".join(r for r in entry.reasons if r.startswith("violated:"))
+            log.info("node tainted", extra={"node": name, "taint": TAINT_KEY, "reason": why})
+            return
+        if entry is None:
+            why = "node left the report"
+        elif entry.schedulable:
+            why = "hard constraint cleared"
+        else:
+            why = "data stale (fail-open)"
+        log.info("node untainted", extra={"node": name, "taint": TAINT_KEY, "reason": why})
