@@ -33,7 +33,7 @@ EXPORTERS = [f"127.0.0.1:{free_port()}" for _ in range(6)]  # nobody answers: up
 
 
 class _Heartbeat(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         body = f"mco_reporter_last_sync_timestamp_seconds {time.time():.3f}\n".encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -73,7 +73,11 @@ class Shard(Prometheus):
 
     def active(self, job: str) -> set[str]:
         body = requests.get(f"{self.url}/api/v1/targets", timeout=10).json()
-        return {t["labels"]["instance"] for t in body["data"]["activeTargets"] if t["labels"].get("job") == job}
+        return {
+            t["labels"]["instance"]
+            for t in body["data"]["activeTargets"]
+            if t["labels"].get("job") == job
+        }
 
 
 def _service_labels(rendered: Rendered, monitor: dict[str, Any]) -> dict[str, str]:
@@ -103,7 +107,9 @@ def shard_scrapes(rendered: Rendered, reporter: str, shard: int) -> list[dict[st
 
 def absent_expr(rendered: Rendered) -> str:
     rules = rendered.one("PrometheusRule")["spec"]["groups"]
-    (expr,) = [r["expr"] for g in rules for r in g["rules"] if r.get("alert") == "MCOReporterAbsent"]
+    (expr,) = [
+        r["expr"] for g in rules for r in g["rules"] if r.get("alert") == "MCOReporterAbsent"
+    ]
     assert "absent(" in expr
     return str(expr)
 
@@ -116,7 +122,9 @@ def test_every_shard_scrapes_the_reporter_and_alerts_only_when_it_is_gone(
     sharded = render(interval)
     one_shard = render({"reporter": {"serviceMonitor": {"interval": "1s", "allShards": False}}})
     expr = absent_expr(sharded)
-    shards = [Shard(tmp_path / f"shard-{i}", shard_scrapes(one_shard, address, i)) for i in range(SHARDS)]
+    shards = [
+        Shard(tmp_path / f"shard-{i}", shard_scrapes(one_shard, address, i)) for i in range(SHARDS)
+    ]
 
     def firing() -> list[bool]:
         return [bool(s.query(expr)) for s in shards]
