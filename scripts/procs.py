@@ -345,16 +345,17 @@ class VictoriaMetrics(_PromQLServer):
 
 
 class VMAgent(Managed):
-    """A real vmagent scraping ``targets`` and remote-writing to ``remote_write_url``; with
-    ``members`` > 1, member ``member`` of a scraper cluster keeps only its share of the targets
-    (``-promscrape.cluster.*``: each target goes to one member, by a hash of its labels)."""
+    """A real vmagent scraping ``targets`` and remote-writing everything to each of
+    ``remote_write_urls``; with ``members`` > 1, member ``member`` of a scraper cluster keeps
+    only its share of the targets (``-promscrape.cluster.*``: each target goes to one member,
+    by a hash of its labels)."""
 
     def __init__(
         self,
         workdir: Path,
         *,
         targets: Sequence[ScrapeTarget],
-        remote_write_url: str,
+        remote_write_urls: Sequence[str],
         members: int = 1,
         member: int = 0,
         scrape_interval: str = "1s",
@@ -387,7 +388,7 @@ class VMAgent(Managed):
                 binary,
                 f"-promscrape.config={config}",
                 *cluster,
-                f"-remoteWrite.url={remote_write_url}/api/v1/write",
+                *(f"-remoteWrite.url={url}/api/v1/write" for url in remote_write_urls),
                 f"-remoteWrite.tmpDataPath={workdir / 'buffer'}",
                 "-remoteWrite.flushInterval=100ms",
                 f"-httpListenAddr=127.0.0.1:{self.port}",

@@ -32,7 +32,9 @@ SHARDS = 3
 EXPORTERS = [f"127.0.0.1:{free_port()}" for _ in range(6)]  # nobody answers: up == 0, enough
 
 
-class _Heartbeat(BaseHTTPRequestHandler):
+class Heartbeat(BaseHTTPRequestHandler):
+    """The reporter's heartbeat gauge, as of the scrape."""
+
     def do_GET(self) -> None:
         body = f"mco_reporter_last_sync_timestamp_seconds {time.time():.3f}\n".encode()
         self.send_response(200)
@@ -48,7 +50,7 @@ class _Heartbeat(BaseHTTPRequestHandler):
 @pytest.fixture
 def reporter() -> Iterator[ThreadingHTTPServer]:
     """A stand-in for the reporter's /metrics: its heartbeat, fresh on every scrape."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Heartbeat)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Heartbeat)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server

@@ -34,6 +34,7 @@ from scripts.procs import (
     running,
     wait_until,
 )
+from tests.chart.test_reporter_all_shards import Heartbeat
 from tests.reporter.test_shard_faults import judged
 from tests.rulegen.fleet import PROFILES, Fleet, assign, handler, node_names
 
@@ -74,8 +75,17 @@ def nodes_in(vm: VictoriaMetrics) -> set[str]:
     return {r["metric"]["node"] for r in vm.query(series.INTERFERENCE_LEVEL)}
 
 
+@pytest.fixture
+def heartbeat() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Heartbeat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
 def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exactly_them(
-    tmp_path: Path, fleet: dict[str, str]
+    tmp_path: Path, fleet: dict[str, str], heartbeat: ThreadingHTTPServer
 ) -> None:
     config = from_spec({"report": {"staleAfter": f"{STALE_AFTER}s"}})
     config_file = tmp_path / "config.yaml"
@@ -88,7 +98,7 @@ def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exac
         VMAgent(
             tmp_path / f"vmagent-{i}",
             targets=targets,
-            remote_write_url=vm.url,
+            remote_write_urls=[vm.url],
             members=MEMBERS,
             member=i,
         )
@@ -105,7 +115,20 @@ def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exac
     ]
     out = tmp_path / "report.json"
     urls = [vm.url for vm in vms]
-    with running(*vms, *agents, *alerts):
+    # The reporter's self-metrics go to every shard (one vmagent outside the cluster, writing
+    # to each VictoriaMetrics), so each shard's MCOReporterAbsent sees its heartbeat.
+    reporter_agent = VMAgent(
+        tmp_path / "vmagent-reporter",
+        targets=[ScrapeTarget("mco-reporter", f"127.0.0.1:{heartbeat.server_address[1]}")],
+        remote_write_urls=urls,
+    )
+    absent = next(
+        r["expr"]
+        for g in yaml.safe_load(rules.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "MCOReporterAbsent"
+    )
+    with running(*vms, *agents, *alerts, reporter_agent):
         # Each member scrapes its share of the targets, together all of them, once.
         shares: list[set[str]] = []
 
@@ -125,6 +148,12 @@ def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exac
                 timeout=120,
                 what=f"levels in {vm.url}",
             )
+
+        wait_until(
+            lambda: not any(vm.query(absent) for vm in vms),
+            timeout=30,
+            what="the reporter's heartbeat on every shard",
+        )
 
         # The real reporter over both shards: every node, every one fresh.
         def all_fresh() -> bool:
@@ -156,3 +185,13 @@ def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exac
         # It comes back (same storage; its vmagent and vmalert kept running): fresh again.
         dead.start()
         wait_until(all_fresh, timeout=90, interval=1, what="every node fresh again")
+
+        # The reporter goes away: every shard's MCOReporterAbsent expression turns true.
+        heartbeat.shutdown()
+        heartbeat.server_close()
+        wait_until(
+            lambda: all(vm.query(absent) for vm in vms),
+            timeout=60,
+            interval=1,
+            what="MCOReporterAbsent true on every shard",
+        )
