@@ -94,3 +94,10 @@ def test_all_shards_off_leaves_the_reporter_to_one_shard() -> None:
     rendered = render({"reporter": {"serviceMonitor": {"allShards": False}}})
     (endpoint,) = rendered.one("ServiceMonitor", "-reporter")["spec"]["endpoints"]
     assert "relabelings" not in endpoint
+
+
+@pytest.mark.parametrize("component", ["rulegen", "extender"])
+def test_all_shards_is_there_for_the_other_components_when_asked(component: str) -> None:
+    rendered = render({component: {"serviceMonitor": {"allShards": True}}})
+    (endpoint,) = rendered.one("ServiceMonitor", f"-{component}")["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [DISABLE_SHARDING]
