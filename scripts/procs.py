@@ -344,6 +344,74 @@ class VictoriaMetrics(_PromQLServer):
         self.wait_http(f"{self.url}/health")
 
 
+class VMAgent(Managed):
+    """A real vmagent scraping ``targets`` and remote-writing everything to each of
+    ``remote_write_urls``; with ``members`` > 1, member ``member`` of a scraper cluster keeps
+    only its share of the targets (``-promscrape.cluster.*``: each target goes to one member,
+    by a hash of its labels)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        targets: Sequence[ScrapeTarget],
+        remote_write_urls: Sequence[str],
+        members: int = 1,
+        member: int = 0,
+        scrape_interval: str = "1s",
+        port: int | None = None,
+        binary: str = "vmagent",
+    ) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / "scrape.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": scrape_interval},
+                    "scrape_configs": scrape_configs(targets, honor_timestamps=True),
+                },
+                sort_keys=False,
+            )
+        )
+        cluster = (
+            [
+                f"-promscrape.cluster.membersCount={members}",
+                f"-promscrape.cluster.memberNum={member}",
+            ]
+            if members > 1
+            else []
+        )
+        super().__init__(
+            [
+                binary,
+                f"-promscrape.config={config}",
+                *cluster,
+                *(f"-remoteWrite.url={url}/api/v1/write" for url in remote_write_urls),
+                f"-remoteWrite.tmpDataPath={workdir / 'buffer'}",
+                "-remoteWrite.flushInterval=100ms",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                "-loggerLevel=WARN",
+            ],
+            name="vmagent",
+            log_path=workdir / "vmagent.log",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        super().start()
+        self.wait_http(f"{self.url}/health")
+
+    def scraped(self) -> set[str]:
+        """The addresses of the targets this member scrapes."""
+        body = requests.get(f"{self.url}/api/v1/targets", timeout=10).json()
+        return {t["discoveredLabels"]["__address__"] for t in body["data"]["activeTargets"]}
+
+
 class VMAlert(Managed):
     """A real vmalert evaluating rule files against a PromQL datasource, writing results back."""
 

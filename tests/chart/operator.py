@@ -26,14 +26,44 @@ def _meta_label(label: str) -> str:
     return "__meta_kubernetes_service_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
+def sharding_relabelings(shard: int, shards: int) -> list[dict[str, Any]]:
+    """What the operator appends to every scrape config of a Prometheus with ``spec.shards``
+    (pkg/prometheus/promcfg.go, ``appendShardingRelabelingWithLabel``), with ``$(SHARD)`` set as
+    its config reloader sets it in shard ``shard``'s pods: a target is kept by the shard its
+    ``__tmp_hash`` (default ``__address__``) hashes to, or by every shard when a relabeling set
+    ``__tmp_disable_sharding``."""
+    return [
+        {
+            "source_labels": ["__address__", "__tmp_hash"],
+            "target_label": "__tmp_hash",
+            "regex": "(.+);",
+            "replacement": "$1",
+            "action": "replace",
+        },
+        {
+            "source_labels": ["__tmp_hash"],
+            "target_label": "__tmp_hash",
+            "modulus": shards,
+            "action": "hashmod",
+        },
+        {
+            "source_labels": ["__tmp_hash", "__tmp_disable_sharding"],
+            "regex": f"{shard};|.+;.+",
+            "action": "keep",
+        },
+    ]
+
+
 def scrape_config(
     monitor: dict[str, Any],
     service_labels: dict[str, str],
     targets: dict[str, str],
     *,
     endpoint: int = 0,
+    shard: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """One scrape config for ``monitor``'s endpoint; ``targets`` maps address -> pod node name."""
+    """One scrape config for ``monitor``'s endpoint; ``targets`` maps address -> pod node name;
+    ``shard`` (number, shards) as the operator renders it for one shard of a sharded Prometheus."""
     spec = monitor["spec"]
     ep = spec["endpoints"][endpoint]
     job_relabel = []
@@ -52,6 +82,8 @@ def scrape_config(
         ],
         "relabel_configs": job_relabel + _relabel(ep.get("relabelings", [])),
     }
+    if shard is not None:
+        config["relabel_configs"] += sharding_relabelings(*shard)
     if ep.get("metricRelabelings"):
         config["metric_relabel_configs"] = _relabel(ep["metricRelabelings"])
     if "interval" in ep:

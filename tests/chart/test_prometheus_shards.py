@@ -76,3 +76,28 @@ def test_credentials_in_a_shard_url_are_refused_without_echoing_them() -> None:
 def test_repeated_or_malformed_shard_urls_are_refused(shards: list[str]) -> None:
     with pytest.raises(helm.HelmError):
         render({"prometheus": {"shards": shards}})
+
+
+DISABLE_SHARDING = {"targetLabel": "__tmp_disable_sharding", "replacement": "true"}
+
+
+def test_every_operator_shard_scrapes_the_reporter_by_default_and_only_the_reporter() -> None:
+    rendered = render()
+    (endpoint,) = rendered.one("ServiceMonitor", "-reporter")["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [DISABLE_SHARDING]
+    for name in ("-exporter", "-rulegen", "-extender"):
+        for ep in rendered.one("ServiceMonitor", name)["spec"]["endpoints"]:
+            assert DISABLE_SHARDING not in ep.get("relabelings", []), name
+
+
+def test_all_shards_off_leaves_the_reporter_to_one_shard() -> None:
+    rendered = render({"reporter": {"serviceMonitor": {"allShards": False}}})
+    (endpoint,) = rendered.one("ServiceMonitor", "-reporter")["spec"]["endpoints"]
+    assert "relabelings" not in endpoint
+
+
+@pytest.mark.parametrize("component", ["rulegen", "extender"])
+def test_all_shards_is_there_for_the_other_components_when_asked(component: str) -> None:
+    rendered = render({component: {"serviceMonitor": {"allShards": True}}})
+    (endpoint,) = rendered.one("ServiceMonitor", f"-{component}")["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [DISABLE_SHARDING]

@@ -430,7 +430,9 @@ class Fleet:
         return "".join(f"{p}{b + s * elapsed!r}{suffix}" for p, b, s in self._lines).encode()
 
 
-def serve(fleet: Fleet, host: str, port: int) -> None:
+def handler(fleet: Fleet) -> type[BaseHTTPRequestHandler]:
+    """An HTTP handler serving ``fleet`` at any path, samples stamped with the time of the GET."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = fleet.render(int(time.time() * 1000))
@@ -443,7 +445,11 @@ def serve(fleet: Fleet, host: str, port: int) -> None:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    ThreadingHTTPServer((host, port), Handler).serve_forever()
+    return Handler
+
+
+def serve(fleet: Fleet, host: str, port: int) -> None:
+    ThreadingHTTPServer((host, port), handler(fleet)).serve_forever()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

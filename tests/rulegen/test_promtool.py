@@ -81,6 +81,15 @@ def test_alerts_fire_as_specified(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_reporter_alerts_on_one_shard_of_a_sharded_prometheus(tmp_path):
+    """A shard that scrapes the reporter (the chart's allShards) is quiet while it runs and
+    raises MCOReporterAbsent when it is gone; one that does not scrape it cannot be quiet."""
+    result = run_suites(
+        tmp_path, render_rules(load_config(TEST_CONFIG), generation=7), "sharded.test.yaml"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_shipped_defaults_score_idle_and_saturated_nodes(tmp_path):
     suite = (SUITES / "defaults.test.yaml").read_text()
     suite = suite.replace("DEFAULT_HASH", DetectionRuleConfig.default().config_hash())

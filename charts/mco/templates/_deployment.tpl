@@ -203,5 +203,13 @@ spec:
       basicAuth:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- if $c.serviceMonitor.allShards }}
+      relabelings:
+        # With the Prometheus Operator's `shards`, every shard keeps this target instead of
+        # the one its address hashes to, so every shard holds the series the alerts on this
+        # component read (docs/helm.md, Sharded engines).
+        - targetLabel: __tmp_disable_sharding
+          replacement: "true"
+      {{- end }}
 {{- end }}
 {{- end -}}
