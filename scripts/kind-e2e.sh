@@ -8,7 +8,8 @@
 # every node, series in Prometheus, the rules, the DetectionRuleConfig Accepted, the
 # NodeInterferenceReport, the extender's verdicts, a Volcano job scheduled through the
 # extender, the dashboards loaded in Grafana. Then it puts one worker under stress-ng I/O load
-# and checks that Volcano steers a job's pods to the other worker, and that a kata-qemu pod
+# and checks that the reporter taints it (and only it), that Volcano steers a job's pods to
+# the other worker, that the taint goes once the load does, and that a kata-qemu pod
 # stays Pending on a cluster without Kata.
 #
 # kind nodes are containers sharing one kernel: /proc/pressure is the same on every node. A
@@ -150,6 +151,8 @@ mco_values=(
   --set "image.tag=$image_tag"
   --set "image.pullPolicy=Never"
   --set "exporter.extraArgs[0]=--path.procfs=$KIND_PROCFS"
+  # The zero-call path: a violated node carries mco.io/interference (checked under stress).
+  --set "reporter.taintNodes.enabled=true"
 )
 helm lint --strict "$here/charts/mco" "${mco_values[@]}"
 helm upgrade --install mco "$here/charts/mco" \
@@ -301,6 +304,15 @@ eventually 240 busy_rejected || {
   nodes_json | python3 -m json.tool >&2
   fail "$calm is rejected too: the load is not confined to $busy"
 }
+# The reporter keeps MCO's taint on the violated node (a real API server merging spec.taints),
+# and on no other; kind's own taints on the control plane stay as they were.
+mco_taint() {  # NODE -> the effect of MCO's taint on it, or nothing
+  kubectl get node "$1" \
+    -o jsonpath='{range .spec.taints[?(@.key=="mco.io/interference")]}{.effect}{end}'
+}
+busy_tainted() { [ "$(mco_taint "$busy")" = NoSchedule ]; }
+eventually 120 busy_tainted || fail "the reporter never tainted $busy (reporter.taintNodes)"
+[ -z "$(mco_taint "$calm")" ] || fail "$calm carries MCO's taint without a violation"
 kubectl apply -f - <<'MANIFEST'
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job
@@ -332,6 +344,9 @@ placed=$(steer_nodes)
 sort <<<"$placed" | uniq -c
 if grep -qx "$busy" <<<"$placed"; then fail "a pod landed on $busy, the node under load"; fi
 kubectl delete pod mco-e2e-stress --wait=false
+# Without the load the constraint clears (clearAfter) and the taint goes with it.
+busy_untainted() { [ -z "$(mco_taint "$busy")" ]; }
+eventually 240 busy_untainted || fail "MCO's taint stayed on $busy after the load ended"
 
 log "Kata: a kata-qemu pod stays Pending where no node runs Kata"
 no_kata_node() {

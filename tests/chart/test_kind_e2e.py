@@ -19,6 +19,7 @@ import yaml
 
 from exporter.cli import build_parser as exporter_parser
 from exporter.registry import specs
+from reporter.taints import TAINT_KEY
 from scripts.procs import Managed, free_port
 from tests.chart.helm import ROOT, Rendered, crds, merge, render
 from tests.exporter.conftest import samples_of
@@ -160,6 +161,17 @@ def test_the_hard_constraint_the_script_lowers_is_in_the_crd_and_the_config() ->
         config = config[key]
     assert path == ["spec", "hardConstraints", "psiIOSomeMax"]
     assert node["type"] == "number" and body < config
+
+
+def test_the_taint_the_script_waits_for_is_the_one_the_installed_reporter_keeps() -> None:
+    deployments = installed().of_kind("Deployment")
+    (reporter,) = [d for d in deployments if d["metadata"]["name"].endswith("reporter")]
+    args = reporter["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--taint-nodes" in args
+    rules = [r for o in installed().of_kind("ClusterRole") for r in o.get("rules", [])]
+    assert any("nodes" in r.get("resources", []) and "patch" in r["verbs"] for r in rules)
+    # The key the script reads is the one the reporter writes (reporter/taints.py).
+    assert f'@.key=="{TAINT_KEY}"' in TEXT
 
 
 def test_the_kata_pod_asks_for_a_class_the_chart_confines_to_kata_nodes() -> None:
