@@ -24,9 +24,10 @@ BENCHMARKS = {
     "taint": "bench.taint",
     # 20 minutes (4 with --quick); `make soak DURATION=24h` for the long run.
     "soak": "bench.soak",
+    "volcano": "bench.volcano",
 }
-# Not in a plain `make bench`: it runs for minutes (docs/benchmarks.md). Name it to run it.
-ON_REQUEST = {"placement"}
+# Not in a plain `make bench`: they run for minutes (docs/benchmarks.md). Name them to run them.
+ON_REQUEST = {"placement", "volcano"}
 
 
 def main(argv: list[str] | None = None) -> int:
