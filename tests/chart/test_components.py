@@ -102,6 +102,9 @@ WORKER_OVERHEAD = 100 * MiB  # report, verdict tables, one decode (docs/extender
         (4, {"maxBodyMemory": "512Mi"}, 128 * MiB),
         (4, {"maxBodyMemory": "1Gi", "maxBodySize": "8Mi"}, 256 * MiB),
         (3, {"maxBodyMemory": 100 * MiB, "maxBodySize": "1Mi"}, 100 * MiB // 3),
+        # docs/helm.md, "Sizing the extender for Volcano": 256Mi prioritize bodies from 500 nodes
+        (1, {"maxBodySize": "256Mi", "maxBodyMemory": "512Mi"}, 512 * MiB),
+        (3, {"maxBodySize": "256Mi", "maxBodyMemory": "512Mi"}, 256 * MiB),
         (
             4,
             {"maxBodyMemory": "96Mi", "resources": {"limits": {"memory": "0.5Gi"}}},
