@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration,
         default=None,
         metavar="DURATION",
-        help="per-call timeout (default: 500ms Volcano, 1s kube)",
+        help="per-call timeout (default 1s; Volcano's prioritize carries every node's NodeInfo)",
     )
     parser.add_argument("--weight", type=int, default=1, help="kube-scheduler weight (> 0)")
     parser.add_argument("--ca-file", help="kube-scheduler: CA that signed the extender's cert")
@@ -158,7 +158,7 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
     if s.scheduler == "volcano":
         header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if s.url.startswith("https://") else "")
         doc: object = volcano_tier(
-            s.url, go_duration(0.5 if s.http_timeout is None else s.http_timeout)
+            s.url, go_duration(1.0 if s.http_timeout is None else s.http_timeout)
         )
     else:
         header = _KUBE_HEADER

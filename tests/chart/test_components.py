@@ -97,9 +97,10 @@ WORKER_OVERHEAD = 100 * MiB  # report, verdict tables, one decode (docs/extender
 @pytest.mark.parametrize(
     ("workers", "extender", "per_worker"),
     [
-        (1, {}, 128 * MiB),  # the pod's 128Mi, all to the one worker
-        (4, {}, 64 * MiB),  # 32Mi each would be under one largest body: 64Mi each
-        (4, {"maxBodyMemory": "512Mi"}, 128 * MiB),
+        (1, {}, 384 * MiB),  # the pod's 384Mi, all to the one worker
+        (4, {}, 256 * MiB),  # 96Mi each would be under one largest body: 256Mi each
+        (4, {"maxBodyMemory": "512Mi"}, 256 * MiB),  # 128Mi each < one 256Mi body
+        (4, {"maxBodyMemory": "512Mi", "maxBodySize": "64Mi"}, 128 * MiB),
         (4, {"maxBodyMemory": "1Gi", "maxBodySize": "8Mi"}, 256 * MiB),
         (3, {"maxBodyMemory": 100 * MiB, "maxBodySize": "1Mi"}, 100 * MiB // 3),
         # docs/helm.md, "Sizing the extender for Volcano": 256Mi prioritize bodies from 500 nodes
@@ -107,7 +108,11 @@ WORKER_OVERHEAD = 100 * MiB  # report, verdict tables, one decode (docs/extender
         (3, {"maxBodySize": "256Mi", "maxBodyMemory": "512Mi"}, 256 * MiB),
         (
             4,
-            {"maxBodyMemory": "96Mi", "resources": {"limits": {"memory": "0.5Gi"}}},
+            {
+                "maxBodyMemory": "96Mi",
+                "maxBodySize": "64Mi",
+                "resources": {"limits": {"memory": "0.5Gi"}},
+            },  # fmt: skip
             64 * MiB,
         ),
     ],
@@ -125,7 +130,7 @@ def test_extender_body_budget_is_the_pods_shared_by_its_workers(
     args = extender_parser().parse_args(c["args"])
     assert args.workers == workers
     assert args.max_body_memory == per_worker
-    assert args.max_body_size == size(str(extender.get("maxBodySize", "64Mi")))
+    assert args.max_body_size == size(str(extender.get("maxBodySize", "256Mi")))
     config = config_from_args(args)  # the extender's own check: at least one largest body
     assert config.max_body_memory == per_worker
     limit_text = c["resources"]["limits"]["memory"]  # 512Mi (the default) or 0.5Gi

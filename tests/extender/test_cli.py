@@ -39,7 +39,7 @@ def test_print_config_volcano_tier():
                     "name": "extender",
                     "arguments": {
                         "extender.urlPrefix": "http://mco-extender.mco.svc:9848/volcano",
-                        "extender.httpTimeout": "500ms",
+                        "extender.httpTimeout": "1s",
                         "extender.ignorable": True,
                         "extender.predicateVerb": "predicate",
                         "extender.prioritizeVerb": "prioritize",
