@@ -58,6 +58,16 @@ def _gate(signal: Signal, detection: Detection) -> str:
     return f"{series.MEMORY_PRESSURE_FALLBACK} == {1 if signal.fallback else 0}"
 
 
+def _reached(signals: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """A detection's "signal at or beyond warn" filters, grouped by gate in signal order, so
+    the triggered rule reads each gate once."""
+    by_gate: dict[str, list[str]] = {}
+    for s in signals:
+        op = "<=" if s["lower_is_worse"] else ">="
+        by_gate.setdefault(s["gate"], []).append(f"{s['series']} {op} {format_number(s['warn'])}")
+    return list(by_gate.items())
+
+
 def _plain_scalar(text: str) -> bool:
     """``text`` reads back as itself written as a plain YAML scalar (no ``: ``, `` #`` …)."""
     try:
@@ -103,9 +113,11 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
             "label": d.label,
             "weight": config.weight(d.key),
             "signals": [s for s in signals if s["detection_key"] == d.key],
+            "reached": _reached([s for s in signals if s["detection_key"] == d.key]),
         }
         for d in catalog.detections
     ]
+    weighted = [d for d in detections if d["weight"] > 0]
     return {
         "s": series,  # recorded series names
         "w": window,
@@ -115,7 +127,8 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
         "recorded": recorded,
         "signals": signals,
         "detections": detections,
-        "weighted": [d for d in detections if d["weight"] > 0],
+        "weighted": weighted,
+        "equal_weights": len({d["weight"] for d in weighted}) == 1,
         "hard": [
             {
                 "label": c.label,

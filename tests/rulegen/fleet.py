@@ -417,6 +417,11 @@ class Fleet:
     def series_count(self) -> int:
         return len(self._lines)
 
+    @property
+    def lines(self) -> tuple[tuple[str, float, float], ...]:
+        """Every series as (``name{labels} ``, value at start, slope per second)."""
+        return tuple(self._lines)
+
     def render(self, now_ms: int) -> bytes:
         elapsed = (now_ms - self.start_ms) / 1000
         values = [f"{b + s * elapsed!r} {now_ms}\n" for b, s in self._pairs]

@@ -265,10 +265,21 @@ def test_level_is_right_with_weights_and_thresholds_at_their_bounds(tmp_path):
     result = promtool("test", "rules", "bounds.test.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
+    # Equal weights cancel: the rules take the plain mean (each node's two indices weigh the
+    # same above too, so the expected levels are the same), from one read per sum.
+    equal = {k: dataclasses.replace(d, weight=7.0) for k, d in config.detections.items()}
+    rules = render_rules(dataclasses.replace(config, detections=equal))
+    assert "count by (node)" in rules and "count by (node)" not in render_rules(config)
+    (tmp_path / "rules.yaml").write_text(rules)
+    result = promtool("test", "rules", "bounds.test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
     # Not vacuous: the weights the model now refuses (built here without it) break the level.
+    # Unequal, so the weighted sums are evaluated (equal weights give the plain mean).
     for weight in (1e308, 5e-324):
         detections = {
-            k: dataclasses.replace(d, weight=weight) for k, d in config.detections.items()
+            k: dataclasses.replace(d, weight=weight * (i + 1) if weight < 1 else weight / (i + 1))
+            for i, (k, d) in enumerate(config.detections.items())
         }
         (tmp_path / "rules.yaml").write_text(
             render_rules(dataclasses.replace(config, detections=detections))
