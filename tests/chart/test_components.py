@@ -112,7 +112,7 @@ WORKER_OVERHEAD = 100 * MiB  # report, verdict tables, one decode (docs/extender
                 "maxBodyMemory": "96Mi",
                 "maxBodySize": "64Mi",
                 "resources": {"limits": {"memory": "0.5Gi"}},
-            },  # fmt: skip
+            },
             64 * MiB,
         ),
     ],
