@@ -26,6 +26,7 @@ from extender.report_file import follow_file
 from extender.report_watch import ReportWatch
 from extender.reports import ReportStore
 from extender.reservation import POD_WATCH, AmountFor, Reservations
+from extender.residents import Residents
 from extender.verdict import Verdict
 from extender.volcano_placements import VolcanoPlacements
 from extender.why_routes import decisions_route, explain_route
@@ -41,6 +42,7 @@ SOURCE = web.AppKey("source", asyncio.Task[None])
 JUDGE = web.AppKey("judge", Judge)
 BUDGET = web.AppKey("budget", BodyBudget)
 RESERVATIONS = web.AppKey("reservations", Reservations)
+RESIDENTS = web.AppKey("residents", Residents)
 AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
 DECISIONS = web.AppKey("decisions", decisions.Decisions)
 
@@ -242,10 +244,12 @@ async def _placement_source(app: web.Application) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as stack:
         api = await api_client(config.kubeconfig)
         stack.push_async_callback(api.close)
-        watch = PodWatch(api, app[RESERVATIONS], app[AMOUNT_FOR], metrics, config)
+        watch = PodWatch(
+            api, app[RESERVATIONS], app[AMOUNT_FOR], metrics, config, residents=app[RESIDENTS]
+        )
         task = asyncio.create_task(watch.run(), name="pod-watch")
         task.add_done_callback(lambda t: _placement_ended(t, watch))
-        log.info("watching pods bound to nodes for reservations")
+        log.info("watching pods bound to nodes for reservations and avoidPolicies")
         yield
         task.cancel()
         await asyncio.wait([task])
@@ -260,6 +264,8 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     rc = config.reservation
     reservations = Reservations(rc.span, rc.span + config.verdict.stale_after)
     judge = app[JUDGE] = Judge(store, config.verdict, reservations=reservations)
+    # The pods on each node (fed by --watch-pods), for policies with avoidPolicies.
+    judge.residents = app[RESIDENTS] = Residents(lambda labels: judge.policy_for(labels).name)
     # Staleness follows the config in force (the report's status.config once it has one).
     metrics = ExtenderMetrics(
         store, lambda: judge.config.stale_after, config.verdict.clock_skew, reservations

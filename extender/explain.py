@@ -93,7 +93,9 @@ class LevelView(msgspec.Struct, rename="camel"):
     computed: float | None  # Σ w·index / Σ w, clamped to [0, 1], from the report's indices
     reported: float | None  # the level the report carries (what the verdict uses)
     reserved: float  # added for pods placed since the data (extender reservation)
-    used: float | None  # min(1, max(0, reported) + reserved)
+    triggered_level: float | None  # the policy's floor, where a detection is triggered
+    used: float | None  # min(1, max(0, reported, triggered_level) + reserved)
+    avoided: float  # added in the score only, for pods the policy keeps away from
 
 
 class ScoreView(msgspec.Struct, rename="camel"):
@@ -250,21 +252,31 @@ def _detections(
     return views, terms
 
 
-def _level(entry: NodeEntry, terms: list[Term], reserved: float) -> LevelView:
+def _level(
+    entry: NodeEntry, terms: list[Term], reserved: float, policy: Policy, avoided: float
+) -> LevelView:
     weights = sum(t.weight for t in terms)
     weighted = sum(t.product for t in terms)
     computed = min(1.0, max(0.0, weighted / weights)) if weights > 0 else None
-    used = min(1.0, max(0.0, entry.level) + reserved) if entry.level is not None else None
+    triggered = any(d.triggered for d in entry.detections.values())
+    floor = policy.triggered_level if triggered and policy.triggered_level > 0 else None
+    used = None
+    if entry.level is not None:
+        used = min(1.0, max(0.0, entry.level, floor or 0.0) + reserved)
     return LevelView(
         formula="level = Σ weight·index / Σ weight over detections with a positive weight and "
-        "an index on the node, clamped to [0, 1]; used = min(1, level + reserved)",
+        "an index on the node, clamped to [0, 1]; used = min(1, max(level, the policy's "
+        "triggeredLevel where a detection is triggered) + reserved); the score adds avoided "
+        "(avoidPolicies) to used",
         terms=terms,
         weight_sum=weights,
         weighted_sum=round(weighted, 9),
         computed=round(computed, 6) if computed is not None else None,
         reported=entry.level,
         reserved=reserved,
+        triggered_level=floor,
         used=round(used, 6) if used is not None else None,
+        avoided=avoided,
     )
 
 
@@ -347,7 +359,7 @@ def _explanation(
     weight = pod.policy.score_weight
     return Explanation(
         detections=detections,
-        level=_level(entry, terms, reserved),
+        level=_level(entry, terms, reserved, pod.policy, judge.avoided(name, pod.policy)),
         score=ScoreView(
             formula="score = 100·(1 − used), moved toward the neutral score by the policy's "
             "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100); the neutral "

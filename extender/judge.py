@@ -31,6 +31,7 @@ from extender.config import VerdictConfig
 from extender.policy import LiveConfig, PolicySet, from_report
 from extender.reports import KnownNode, ReportStore
 from extender.reservation import Reservations
+from extender.residents import Residents
 from extender.verdict import NodeFacts, PodFacts, Verdict, decide
 from mco.policy import Policy
 from reporter.schema import ReportConfig
@@ -202,8 +203,10 @@ class Judge:
         config: VerdictConfig,
         max_entries: int = MAX_TABLE_ENTRIES,
         reservations: Reservations | None = None,
+        residents: Residents | None = None,
     ) -> None:
         self.store = store
+        self.residents = residents
         self._flags = config
         self.live = LiveConfig(config, PolicySet())
         self.reservations = reservations
@@ -234,9 +237,16 @@ class Judge:
         if known is None:
             return decide(None, -math.inf, pod, facts, self.config, now)
         held = known.held_until(self.store.heartbeat)
-        return decide(
-            known.entry, held, pod, facts, self.config, now, self.reserved(facts.name, held, now)
-        )
+        reserved = self.reserved(facts.name, held, now)
+        avoided = self.avoided(facts.name, pod.policy)
+        return decide(known.entry, held, pod, facts, self.config, now, reserved, avoided)
+
+    def avoided(self, name: str, policy: Policy) -> float:
+        """What the pods on the node that ``policy`` keeps away from add to its score's level."""
+        if self.residents is None or not policy.avoid_policies or policy.avoid_per_pod <= 0:
+            return 0.0
+        count = self.residents.count(name, policy.avoid_policies)
+        return min(1.0, count * policy.avoid_per_pod)
 
     def reserved(self, name: str, held_until: float, now: float) -> float:
         """What recent placements add to the node's level (0 without reservations)."""
@@ -257,10 +267,15 @@ class Judge:
         if table.grew:
             table.grew = False
             self._trim(table)
+        hit: set[str] = set()
         if self.reservations is not None:
             active = self.reservations.active(now)
             if active:
-                self._reserve(names, verdicts, active.keys() & names, pod, now)
+                hit = active.keys() & names
+        policy = pod.policy
+        if self.residents is not None and policy.avoid_policies and policy.avoid_per_pod > 0:
+            hit |= self.residents.nodes_with(policy.avoid_policies).intersection(names)
+        self._reserve(names, verdicts, hit, pod, now)
         return verdicts
 
     def _reserve(
@@ -271,7 +286,8 @@ class Judge:
         pod: PodFacts,
         now: float,
     ) -> None:
-        """Decide again, with their reservation, the nodes asked about that hold one."""
+        """Decide again, with their reservation and the pods their policy keeps away from, the
+        nodes asked about that hold either."""
         if not hit:
             return
         redo: dict[str, Verdict] = {}
@@ -281,9 +297,12 @@ class Judge:
                 continue
             held = known.held_until(self.store.heartbeat)
             reserved = self.reserved(name, held, now)
-            if reserved > 0:
+            avoided = self.avoided(name, pod.policy)
+            if reserved > 0 or avoided > 0:
                 facts = NodeFacts(name)
-                redo[name] = decide(known.entry, held, pod, facts, self.config, now, reserved)
+                redo[name] = decide(
+                    known.entry, held, pod, facts, self.config, now, reserved, avoided
+                )
         if not redo:
             return
         where = dict(zip(names, range(len(names)), strict=True))  # at C speed
@@ -325,6 +344,8 @@ class Judge:
         if not same:
             self._tables.clear()
             self._current = None
+            if self.residents is not None:
+                self.residents.reclassify()
             log.info(
                 "following status.config of the report",
                 extra={

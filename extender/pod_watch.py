@@ -7,6 +7,8 @@ the API: ``mco.watch``'s list-then-watch of ``/api/v1/pods`` with ``fieldSelecto
 set, which has no such condition), so a re-list rebuilds the same reservations. Only pods placed
 within the reservations' ``keep_for`` are kept: memory follows recent placements, not all pods
 (the list itself is read once per list, then dropped). Finished and deleted pods are forgotten.
+Every bound pod that has not finished also goes to the residents (``extender.residents``), which
+policies with ``avoidPolicies`` count.
 
 A watch that breaks (an API failure) falls back to no reservation: its placements are dropped,
 ``mco_extender_reservation_source_up{source="pod_watch"}`` goes to 0, the failure is logged, and
@@ -25,6 +27,7 @@ from kubernetes_asyncio import client as k8s
 from extender.config import SourceConfig
 from extender.metrics import ExtenderMetrics
 from extender.reservation import POD_WATCH, AmountFor, Placement, Reservations
+from extender.residents import Residents
 from mco.apierrors import ApiError
 from mco.watch import RESTART_ERROR, ListWatch, Resource, WatchSettings
 from reporter.schema import parse_time
@@ -92,8 +95,10 @@ class PodWatch:
         metrics: ExtenderMetrics,
         config: SourceConfig,
         clock: Callable[[], float] = time.time,
+        residents: Residents | None = None,
     ) -> None:
         self._reservations = reservations
+        self._residents = residents
         self._amount_for = amount_for
         self._metrics = metrics
         self._clock = clock
@@ -121,6 +126,8 @@ class PodWatch:
             )
         self._metrics.source_up[POD_WATCH] = False
         self._reservations.clear(POD_WATCH)
+        if self._residents is not None:
+            self._residents.clear()
 
     def _restarted(self, reason: str, error: ApiError | None) -> None:
         self._metrics.watch_restarts.labels(reason).inc()
@@ -133,6 +140,8 @@ class PodWatch:
 
     async def listed(self, items: list[msgspec.Raw]) -> None:
         self._reservations.clear(POD_WATCH)
+        if self._residents is not None:
+            self._residents.clear()
         now = self._clock()
         for raw in items:
             self._seen(raw, now)
@@ -144,6 +153,8 @@ class PodWatch:
             pod = self._decode(obj)
             if pod is not None:
                 self._reservations.remove(pod.metadata.uid)
+                if self._residents is not None:
+                    self._residents.remove(pod.metadata.uid)
             return
         self._seen(obj, self._clock())
 
@@ -159,6 +170,11 @@ class PodWatch:
         if pod is None or not pod.metadata.uid:
             return
         uid, node = pod.metadata.uid, pod.spec.node_name
+        if self._residents is not None:
+            if node and pod.status.phase not in _FINISHED:
+                self._residents.put(uid, node, pod.metadata.labels or {})
+            else:
+                self._residents.remove(uid)
         at = placed_at(pod)
         if not node or pod.status.phase in _FINISHED or now - at > self._reservations.keep_for:
             self._reservations.remove(uid)  # not placed, done, or no longer recent

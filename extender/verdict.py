@@ -120,11 +120,14 @@ def decide(
     config: VerdictConfig,
     now: float,
     reserved: float = 0.0,
+    avoided: float = 0.0,
 ) -> Verdict:
     """``held_until``: Unix time up to which ``entry``'s values are known to hold
     (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time).
     ``reserved``: level expected from pods just placed on the node that its data cannot show
-    yet; it counts toward the policy's ``maxLevel`` and the score."""
+    yet; it counts toward the policy's ``maxLevel`` and the score. ``avoided``: level added for
+    the pods on the node that the pod's policy keeps away from (``avoidPolicies``); it counts
+    toward the score only."""
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -174,22 +177,35 @@ def decide(
         message = "mco: no detection had data: neutral score"
         return _verdict(True, Reason.NO_LEVEL, f"{message}; {note}" if note else message,
                         config.neutral_score, False)  # fmt: skip
-    level = min(1.0, max(0.0, entry.level) + reserved)
+    measured = min(1.0, max(0.0, entry.level))
+    floor = ""
+    if policy.triggered_level > measured:
+        triggered = sorted(k for k, d in entry.detections.items() if d.triggered)
+        if triggered:
+            measured = policy.triggered_level
+            floor = f" (triggered: {', '.join(triggered)}; triggeredLevel {measured:g})"
+    level = min(1.0, measured + reserved)
     if policy.max_level is not None and level > policy.max_level:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
         plus = f" + {reserved:.3g} reserved" if reserved else ""
         return _verdict(
             False,
             Reason.MAX_LEVEL,
-            f"mco: node {node.name} interference level {entry.level:.3g}{plus} is above "
+            f"mco: node {node.name} interference level {measured:.3g}{floor}{plus} is above "
             f"{policy.max_level:g}, the maxLevel of policy {policy.name}",
             0.0,
             unresolvable,
         )
-    score = weighted_score(level, policy.score_weight, config.neutral_score)
+    scored = min(1.0, level + avoided)
+    score = weighted_score(scored, policy.score_weight, config.neutral_score)
     said = [note] if note else []
+    if avoided > 0:
+        kept_from = ", ".join(policy.avoid_policies)
+        said.insert(0, f"scored at level {scored:.4g}: + {avoided:.4g} for pods of "
+                       f"{kept_from} on the node (avoidPolicies)")  # fmt: skip
     if reserved > 0:  # shown apart from the measured level
-        measured = min(1.0, max(0.0, entry.level))
         said.insert(0, f"measured level {measured:.4g} + reservation {reserved:.4g} "
                        f"(pods placed since the data) = {level:.4g}")  # fmt: skip
+    if floor:
+        said.insert(0, f"level {measured:.4g}{floor}")
     return _verdict(True, Reason.OK, f"mco: {'; '.join(said)}" if said else "", score, False)

@@ -27,6 +27,12 @@ MAX_SCORE_WEIGHT: Final = 100.0
 # What one pod placed on a node is expected to add to its level until the node's data shows it
 # (extender reservation), when a policy does not say.
 DEFAULT_RESERVATION: Final = 0.05
+# What one latency-sensitive pod on a node adds to the level a batch pod scores it with
+# (docs/benchmarks.md, "placement", for how it was chosen).
+AVOID_PER_POD: Final = 0.1
+# The level a node with a triggered detection counts as, at least, for online and batch pods:
+# above the latency-sensitive maxLevel (0.3), so online pods are not placed there.
+TRIGGERED_LEVEL: Final = 0.5
 _NAME: Final = re.compile(NAME_PATTERN)
 
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
@@ -41,6 +47,15 @@ class Policy(msgspec.Struct, rename="camel", omit_defaults=True):
     hard_constraints: HardConstraints = "Enforce"
     score_weight: Annotated[float, msgspec.Meta(ge=0, le=MAX_SCORE_WEIGHT)] = 1.0
     reservation_per_pod: Fraction = DEFAULT_RESERVATION
+    # Keep these pods away from pods of other policies: each pod of ``avoid_policies`` running
+    # on a node adds ``avoid_per_pod`` to that node's level in these pods' score (never in
+    # maxLevel: it steers, it does not filter).
+    avoid_policies: tuple[str, ...] = ()
+    avoid_per_pod: Fraction = 0.0
+    # A node where a detection is triggered counts, for these pods, as if its level were at
+    # least this (for maxLevel and the score): a signal just past warn has index 0 and barely
+    # moves the level, yet the detection says the node interferes.
+    triggered_level: Fraction = 0.0
 
 
 def _class(value: str) -> LabelSelector:
@@ -50,8 +65,10 @@ def _class(value: str) -> LabelSelector:
 # The shipped list, first match wins; the last one, without a selector, is today's behaviour.
 DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("latency-sensitive", _class("latency-sensitive"), max_level=0.3,
-           reservation_per_pod=0.02),
-    Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=0.1),
+           reservation_per_pod=0.02, triggered_level=TRIGGERED_LEVEL),
+    Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=0.1,
+           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
+           triggered_level=TRIGGERED_LEVEL),
     Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02),
     Policy("default"),
 )  # fmt: skip
@@ -81,12 +98,15 @@ def to_spec(policies: Sequence[Policy]) -> list[dict[str, Any]]:
         entry["hardConstraints"] = p.hard_constraints
         entry["scoreWeight"] = p.score_weight
         entry["reservationPerPod"] = p.reservation_per_pod
+        entry["avoidPolicies"] = list(p.avoid_policies)
+        entry["avoidPerPod"] = p.avoid_per_pod
+        entry["triggeredLevel"] = p.triggered_level
         out.append(entry)
     return out
 
 
 _FIELDS: Final = ("name", "podSelector", "maxLevel", "hardConstraints", "scoreWeight",
-                  "reservationPerPod")  # fmt: skip
+                  "reservationPerPod", "avoidPolicies", "avoidPerPod", "triggeredLevel")  # fmt: skip
 
 
 def _number(raw: Mapping[str, Any], key: str, path: str, top: float, problems: list[str]) -> None:
@@ -97,6 +117,19 @@ def _number(raw: Mapping[str, Any], key: str, path: str, top: float, problems: l
         problems.append(f"{path}.{key}: expected a number, got {str(value)[:80]!r}")
     elif not (math.isfinite(float(value)) and 0 <= value <= top):
         problems.append(f"{path}.{key}: must be within [0, {top:g}], got {float(value):g}")
+
+
+def _avoid_names(raw: Mapping[str, Any], path: str, problems: list[str]) -> None:
+    names = raw.get("avoidPolicies")
+    if names is None:
+        return
+    if not isinstance(names, list) or len(names) > MAX_POLICIES:
+        problems.append(f"{path}.avoidPolicies: expected a list of at most {MAX_POLICIES} "
+                        "policy names")  # fmt: skip
+        return
+    for name in names:
+        if not isinstance(name, str) or len(name) > MAX_NAME or not _NAME.match(name):
+            problems.append(f"{path}.avoidPolicies: {str(name)[:80]!r} is not a policy name")
 
 
 def parse_policies(raw: Any, path: str, problems: list[str]) -> tuple[Policy, ...]:
@@ -133,11 +166,19 @@ def parse_policies(raw: Any, path: str, problems: list[str]) -> tuple[Policy, ..
         _number(item, "maxLevel", where, 1.0, problems)
         _number(item, "scoreWeight", where, MAX_SCORE_WEIGHT, problems)
         _number(item, "reservationPerPod", where, 1.0, problems)
+        _number(item, "avoidPerPod", where, 1.0, problems)
+        _number(item, "triggeredLevel", where, 1.0, problems)
+        _avoid_names(item, where, problems)
         mode = item.get("hardConstraints", "Enforce")
         if mode not in HARD_CONSTRAINTS:
             problems.append(
                 f"{where}.hardConstraints: must be Enforce or Ignore, got {str(mode)[:80]!r}"
             )
+    for i, item in enumerate(raw):
+        names = item.get("avoidPolicies") if isinstance(item, Mapping) else None
+        for name in names if isinstance(names, list) else ():
+            if isinstance(name, str) and _NAME.match(name) and name not in seen:
+                problems.append(f"{path}[{i}].avoidPolicies: no policy is named {name!r}")
     if len(problems) > before:
         return ()
     cleaned = [{k: v for k, v in item.items() if v is not None} for item in raw]

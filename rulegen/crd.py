@@ -74,6 +74,13 @@ _FIELD_HELP: Final[dict[str, str]] = {
     "0: every node scores the same.",
     "reservationPerPod": "Level each of these pods adds to the node it was just placed on, "
     "until the node's data shows it (the extender's reservation).",
+    "avoidPolicies": "Names of policies whose pods these pods keep away from: each of their "
+    "pods running on a node adds avoidPerPod to the level these pods score the node with "
+    "(never to maxLevel). The extender learns the pods on each node from --watch-pods "
+    "(kube-scheduler) or from Volcano's NodeInfo tasks.",
+    "avoidPerPod": "Level each running pod of avoidPolicies adds to a node, in these pods' score.",
+    "triggeredLevel": "A node where any detection is triggered counts, for these pods, as if "
+    "its interference level were at least this (for maxLevel and the score); 0: off.",
 }
 
 
@@ -257,6 +264,15 @@ def _policies(default: list[dict[str, Any]]) -> dict[str, Any]:
             "reservationPerPod": _number(
                 policy.DEFAULT_RESERVATION, _FIELD_HELP["reservationPerPod"], maximum=1
             ),
+            "avoidPolicies": {
+                "type": "array",
+                "maxItems": policy.MAX_POLICIES,
+                "default": [],
+                "items": _strings(policy.NAME_PATTERN, policy.MAX_NAME, "A policy's name."),
+                "description": _FIELD_HELP["avoidPolicies"],
+            },
+            "avoidPerPod": _number(0.0, _FIELD_HELP["avoidPerPod"], maximum=1),
+            "triggeredLevel": _number(0.0, _FIELD_HELP["triggeredLevel"], maximum=1),
         },
     }
     return {
@@ -269,7 +285,12 @@ def _policies(default: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "rule": "self.all(p, self.exists_one(q, q.name == p.name))",
                 "message": "policy names must be unique",
-            }
+            },
+            {
+                "rule": "self.all(p, !has(p.avoidPolicies) || "
+                "p.avoidPolicies.all(n, self.exists(q, q.name == n)))",
+                "message": "avoidPolicies must name policies of this list",
+            },
         ],
     }
 

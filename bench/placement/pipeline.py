@@ -43,12 +43,28 @@ def extender_has_flag(flag: str) -> bool:
     return flag in out
 
 
-def config_spec(*, reservation: bool, hysteresis: bool) -> dict[str, Any]:
-    """The shipped config, with reservation and hysteresis switched off where asked."""
+def config_spec(
+    *,
+    reservation: bool,
+    hysteresis: bool,
+    avoid_per_pod: float | None = None,
+    triggered_level: float | None = None,
+) -> dict[str, Any]:
+    """The shipped config, with reservation and hysteresis switched off where asked. Without
+    reservation, the pod watch does not run either, so ``avoidPolicies`` is off as well."""
     spec = default_spec()
     if not reservation:
         for policy in spec["policies"]:
             policy["reservationPerPod"] = 0.0
+            policy["avoidPerPod"] = 0.0
+    elif avoid_per_pod is not None:  # a tuning run: every policy that avoids others, this much
+        for policy in spec["policies"]:
+            if policy.get("avoidPolicies"):
+                policy["avoidPerPod"] = avoid_per_pod
+    if triggered_level is not None:  # a tuning run: every policy that has one, this one
+        for policy in spec["policies"]:
+            if policy.get("triggeredLevel"):
+                policy["triggeredLevel"] = triggered_level
     hard = spec["hardConstraints"]
     if "holdFor" in hard and not hysteresis:
         # The shortest hold there is: one evaluation, i.e. the raw comparison.

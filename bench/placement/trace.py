@@ -29,7 +29,7 @@ class PodSpec:
     name: str
     arrival: float  # seconds after the trace starts
     lifetime: float
-    workload_class: str  # latency-sensitive | batch
+    workload_class: str  # latency-sensitive | batch | best-effort
     profile: str
     demand: Demand
     burst: int | None = None  # which burst it came in, if any
@@ -53,7 +53,8 @@ class TraceShape:
 
 
 def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
-    """Online pods arrive over the first 80 % and stay; batch arrives steadily and in bursts.
+    """Online pods arrive over the first 80 % and stay; batch arrives steadily and in bursts;
+    best-effort pods (the batch profiles, shorter lived) steadily, about 4 per node in all.
 
     Rates scale with the node count so a small cluster is as loaded as a large one: about 2
     online pods per node, and 12 steady batch pods per node over the trace, each living 20-50 %
@@ -86,6 +87,20 @@ def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
                 t,
                 rng.uniform(0.2, 0.5) * shape.duration,
                 "batch",
+                profile,
+                BATCH_PROFILES[profile],
+            )
+        )
+    t = 0.1 * shape.duration
+    best_effort_rate = 4.0 * shape.nodes / (0.9 * shape.duration)
+    while (t := t + rng.expovariate(best_effort_rate)) < shape.duration:
+        profile = rng.choice(sorted(BATCH_PROFILES))
+        pods.append(
+            PodSpec(
+                f"besteffort-{len(pods)}",
+                t,
+                rng.uniform(0.1, 0.25) * shape.duration,
+                "best-effort",
                 profile,
                 BATCH_PROFILES[profile],
             )

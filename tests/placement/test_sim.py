@@ -27,7 +27,9 @@ def test_trace_is_seeded_and_has_bursts() -> None:
         times = [p.arrival for p in ps]
         assert max(times) - min(times) <= shape.burst_span
         assert len({p.profile for p in ps}) == 1
-    assert {p.workload_class for p in a} == {"latency-sensitive", "batch"}
+    assert {p.workload_class for p in a} == {"latency-sensitive", "batch", "best-effort"}
+    best_effort = [p for p in a if p.workload_class == "best-effort"]
+    assert all(p.burst is None and p.lifetime <= 0.25 * shape.duration for p in best_effort)
     assert all(p.labels["mco.io/workload-class"] == p.workload_class for p in a)
 
 
