@@ -95,7 +95,7 @@ class LevelView(msgspec.Struct, rename="camel"):
     reserved: float  # added for pods placed since the data (extender reservation)
     triggered_level: float | None  # the policy's floor, where a detection is triggered
     used: float | None  # min(1, max(0, reported, triggered_level) + reserved)
-    avoided: float  # added in the score only, for pods the policy keeps away from
+    avoided: float  # x 100 taken off the score, for pods on the node the policy keeps away from
 
 
 class ScoreView(msgspec.Struct, rename="camel"):
@@ -266,8 +266,8 @@ def _level(
     return LevelView(
         formula="level = Σ weight·index / Σ weight over detections with a positive weight and "
         "an index on the node, clamped to [0, 1]; used = min(1, max(level, the policy's "
-        "triggeredLevel where a detection is triggered) + reserved); the score adds avoided "
-        "(avoidPolicies) to used",
+        "triggeredLevel where a detection is triggered) + reserved); 100·avoided "
+        "(avoidPolicies) is taken off the score",
         terms=terms,
         weight_sum=weights,
         weighted_sum=round(weighted, 9),
@@ -362,8 +362,9 @@ def _explanation(
         level=_level(entry, terms, reserved, pod.policy, judge.avoided(name, pod.policy)),
         score=ScoreView(
             formula="score = 100·(1 − used), moved toward the neutral score by the policy's "
-            "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100); the neutral "
-            "score when data is missing or no detection had data",
+            "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100), then "
+            "max(0, score − 100·avoided); the neutral score when data is missing or no "
+            "detection had data",
             neutral=config.neutral_score,
             policy_weight=weight,
             score=verdict.score,

@@ -125,9 +125,10 @@ def decide(
     """``held_until``: Unix time up to which ``entry``'s values are known to hold
     (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time).
     ``reserved``: level expected from pods just placed on the node that its data cannot show
-    yet; it counts toward the policy's ``maxLevel`` and the score. ``avoided``: level added for
-    the pods on the node that the pod's policy keeps away from (``avoidPolicies``); it counts
-    toward the score only."""
+    yet; it counts toward the policy's ``maxLevel`` and the score. ``avoided``: for the pods on
+    the node that the pod's policy keeps away from (``avoidPolicies``), ``100 x avoided`` is
+    taken off the score after the policy's scoreWeight (it protects those pods, whatever this
+    pod's own weight), never below 0; it never filters."""
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -196,13 +197,13 @@ def decide(
             0.0,
             unresolvable,
         )
-    scored = min(1.0, level + avoided)
-    score = weighted_score(scored, policy.score_weight, config.neutral_score)
+    score = weighted_score(level, policy.score_weight, config.neutral_score)
     said = [note] if note else []
-    if avoided > 0:
+    if avoided > 0:  # it protects other pods: not scaled by this pod's scoreWeight
+        score = round(max(0.0, score - 100.0 * avoided), 6)
         kept_from = ", ".join(policy.avoid_policies)
-        said.insert(0, f"scored at level {scored:.4g}: + {avoided:.4g} for pods of "
-                       f"{kept_from} on the node (avoidPolicies)")  # fmt: skip
+        said.insert(0, f"score - {100 * avoided:.4g} for pods of {kept_from} on the node "
+                       "(avoidPolicies)")  # fmt: skip
     if reserved > 0:  # shown apart from the measured level
         said.insert(0, f"measured level {measured:.4g} + reservation {reserved:.4g} "
                        f"(pods placed since the data) = {level:.4g}")  # fmt: skip

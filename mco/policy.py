@@ -27,9 +27,9 @@ MAX_SCORE_WEIGHT: Final = 100.0
 # What one pod placed on a node is expected to add to its level until the node's data shows it
 # (extender reservation), when a policy does not say.
 DEFAULT_RESERVATION: Final = 0.05
-# What one latency-sensitive pod on a node adds to the level a batch pod scores it with
-# (docs/benchmarks.md, "placement", for how it was chosen).
-AVOID_PER_POD: Final = 0.1
+# What one latency-sensitive pod on a node takes off its score for batch and best-effort pods,
+# over 100 (docs/benchmarks.md, "placement", for how it was chosen).
+AVOID_PER_POD: Final = 0.05
 # The level a node with a triggered detection counts as, at least, for online and batch pods:
 # above the latency-sensitive maxLevel (0.3), so online pods are not placed there.
 TRIGGERED_LEVEL: Final = 0.5
@@ -48,8 +48,8 @@ class Policy(msgspec.Struct, rename="camel", omit_defaults=True):
     score_weight: Annotated[float, msgspec.Meta(ge=0, le=MAX_SCORE_WEIGHT)] = 1.0
     reservation_per_pod: Fraction = DEFAULT_RESERVATION
     # Keep these pods away from pods of other policies: each pod of ``avoid_policies`` running
-    # on a node adds ``avoid_per_pod`` to that node's level in these pods' score (never in
-    # maxLevel: it steers, it does not filter).
+    # on a node takes ``100 x avoid_per_pod`` off that node's score for these pods, whatever
+    # their scoreWeight (never in maxLevel: it steers, it does not filter).
     avoid_policies: tuple[str, ...] = ()
     avoid_per_pod: Fraction = 0.0
     # A node where a detection is triggered counts, for these pods, as if its level were at
@@ -69,7 +69,8 @@ DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=0.1,
            avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
            triggered_level=TRIGGERED_LEVEL),
-    Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02),
+    Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02,
+           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
     Policy("default"),
 )  # fmt: skip
 

@@ -75,10 +75,10 @@ _FIELD_HELP: Final[dict[str, str]] = {
     "reservationPerPod": "Level each of these pods adds to the node it was just placed on, "
     "until the node's data shows it (the extender's reservation).",
     "avoidPolicies": "Names of policies whose pods these pods keep away from: each of their "
-    "pods running on a node adds avoidPerPod to the level these pods score the node with "
-    "(never to maxLevel). The extender learns the pods on each node from --watch-pods "
-    "(kube-scheduler) or from Volcano's NodeInfo tasks.",
-    "avoidPerPod": "Level each running pod of avoidPolicies adds to a node, in these pods' score.",
+    "pods on a node takes 100 x avoidPerPod off the node's score for these pods, after "
+    "scoreWeight (it never filters). The extender learns the pods on each node from "
+    "--watch-pods (kube-scheduler); without it this has no effect.",
+    "avoidPerPod": "Score (over 100) each pod of avoidPolicies on a node takes off it.",
     "triggeredLevel": "A node where any detection is triggered counts, for these pods, as if "
     "its interference level were at least this (for maxLevel and the score); 0: off.",
 }

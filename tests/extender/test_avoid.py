@@ -2,8 +2,9 @@
 
 The residents store itself, the policy field's validation, and through the real HTTP app with
 the pod watch against kmock: a batch pod scores a node lower for each latency-sensitive pod on
-it, an online pod does not, deleted and finished pods stop counting, a change of the policies
-in force reclassifies the pods known, and the count never filters (maxLevel ignores it).
+it, whatever its own scoreWeight, an online pod does not, deleted and finished pods stop
+counting, a change of the policies in force reclassifies the pods known, and the count never
+filters (maxLevel ignores it).
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ ONLINE = {WORKLOAD_CLASS_LABEL: "online"}
 BATCH = {WORKLOAD_CLASS_LABEL: "batch"}
 
 
-def policies(per_pod: float, *, batch_max_level: float | None = None) -> list[Policy]:
+def policies(
+    per_pod: float, *, batch_max_level: float | None = None, weight: float = 1.0
+) -> list[Policy]:
     return [
         Policy("online", LabelSelector(match_labels=ONLINE), reservation_per_pod=0.0),
         Policy(
             "batch",
             LabelSelector(match_labels=BATCH),
             max_level=batch_max_level,
+            score_weight=weight,
             reservation_per_pod=0.0,
             avoid_policies=("online",),
             avoid_per_pod=per_pod,
@@ -107,6 +111,8 @@ def test_avoid_policies_must_name_policies_of_the_list() -> None:
 def test_the_shipped_batch_policy_keeps_away_from_latency_sensitive_pods() -> None:
     batch = next(p for p in DEFAULT_POLICIES if p.name == "batch")
     assert batch.avoid_policies == ("latency-sensitive",) and batch.avoid_per_pod > 0
+    best_effort = next(p for p in DEFAULT_POLICIES if p.name == "best-effort")
+    assert best_effort.avoid_policies == ("latency-sensitive",)
     problems: list[str] = []
     assert parse_policies(to_spec(DEFAULT_POLICIES), "p", problems) == DEFAULT_POLICIES
     assert problems == []
@@ -131,16 +137,16 @@ async def test_batch_pods_score_nodes_with_online_pods_lower(
     kmock: Any, kubeconfig: Path, tmp_path: Path, serve: Any
 ) -> None:
     report = tmp_path / "report.json"
-    write(report, 0.2, 1)
+    write(report, 0.2, 1, weight=0.0)  # interference does not count for these batch pods ...
     for i, node in enumerate(["a", "a", "b"]):
         kmock.objects[PODS, "shop", f"web{i}"] = labelled(f"web{i}", node, ONLINE)
     kmock.objects[PODS, "shop", "job"] = labelled("job", "c", BATCH)
     client = await serve(watch_config(report, kubeconfig))
     residents = client.server.app[RESIDENTS]
     await wait_for(lambda: len(residents) == 4, what="the pod list")
-    # level 0.2 everywhere; a batch pod adds 0.2 per online pod: a 0.6, b 0.4, c 0.2;
-    # its policy's scoreWeight 1 maps 100 x (1 - level) onto kube's 0-10.
-    assert await scores(client, BATCH) == {"a": 4, "b": 6, "c": 8}
+    # ... so every node scores the neutral 50, and each online pod takes 20 off it:
+    # a 10, b 30, c 50, on kube's 0-10.
+    assert await scores(client, BATCH) == {"a": 1, "b": 3, "c": 5}
     assert await scores(client, ONLINE) == {"a": 8, "b": 8, "c": 8}  # online pods unaffected
     assert await scores(client, {}) == {"a": 8, "b": 8, "c": 8}
 
@@ -150,13 +156,14 @@ async def test_batch_pods_score_nodes_with_online_pods_lower(
     await kmock.post(URL, json=labelled("web9", "c", ONLINE, phase="Succeeded"))
     await kmock.post(URL, json=labelled("web8", "c", ONLINE))
     await wait_for(lambda: residents.count("c", ["online"]) == 1, what="the ADDED pods")
-    assert await scores(client, BATCH) == {"a": 6, "b": 6, "c": 6}
+    assert await scores(client, BATCH) == {"a": 3, "b": 3, "c": 3}
 
     # The explanation says why (the decisions ring keeps the message of each verdict).
     body = {"pod": {"metadata": {"name": "x", "namespace": "shop", "labels": BATCH}},
             "nodes": ["a"]}  # fmt: skip
     explained = json.loads(await (await client.post("/v1/explain", json=body)).read())
-    assert "+ 0.2 for pods of online on the node (avoidPolicies)" in json.dumps(explained)
+    assert "score - 20 for pods of online on the node (avoidPolicies)" in json.dumps(explained)
+    assert explained["nodes"][0]["explanation"]["level"]["avoided"] == pytest.approx(0.2)
 
 
 async def test_the_count_steers_but_never_filters_and_follows_the_config(
@@ -169,14 +176,14 @@ async def test_the_count_steers_but_never_filters_and_follows_the_config(
     client = await serve(watch_config(report, kubeconfig))
     residents = client.server.app[RESIDENTS]
     await wait_for(lambda: len(residents) == 3, what="the pod list")
-    # 0.2 + 3 x 0.3 is above the batch maxLevel 0.3, yet a passes the filter: scored 0.
+    # 3 x 30 off a's score 80, which is not filtered (its level 0.2 is within maxLevel 0.3).
     raw = await (
         await client.post("/scheduler/filter", data=bodies.kube_args(["a", "b"], labels=BATCH))
     ).read()
     assert json.loads(raw)["NodeNames"] == ["a", "b"]
     assert await scores(client, BATCH) == {"a": 0, "b": 8, "c": 8}
 
-    # A new config in force (avoidPerPod 0.1) applies to the pods already known.
+    # A new config in force (avoidPerPod 0.1: 80 - 30) applies to the pods already known.
     write(report, 0.1, 2, batch_max_level=0.3)
     await eventually_scores(client, BATCH, {"a": 5, "b": 8, "c": 8})
 
