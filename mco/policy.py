@@ -107,7 +107,8 @@ def to_spec(policies: Sequence[Policy]) -> list[dict[str, Any]]:
 
 
 _FIELDS: Final = ("name", "podSelector", "maxLevel", "hardConstraints", "scoreWeight",
-                  "reservationPerPod", "avoidPolicies", "avoidPerPod", "triggeredLevel")  # fmt: skip
+                  "reservationPerPod", "avoidPolicies", "avoidPerPod",
+                  "triggeredLevel")  # fmt: skip
 
 
 def _number(raw: Mapping[str, Any], key: str, path: str, top: float, problems: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""The benchmark's attribution of exposed online pod-seconds to a cause (bench/placement/causes.py)."""
+"""The benchmark's attribution of exposed online pod-seconds to a cause (causes.py)."""
 
 from __future__ import annotations
 

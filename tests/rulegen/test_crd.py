@@ -158,6 +158,13 @@ VALID = {
                     "hardConstraints": "Ignore",
                     "scoreWeight": 100,
                     "reservationPerPod": 1,
+                    "triggeredLevel": 1,
+                },
+                {
+                    "name": "batch",
+                    "avoidPolicies": ["online"],
+                    "avoidPerPod": 0.05,
+                    "triggeredLevel": 0.5,
                 },
                 {"name": "everyone-else", "podSelector": {}},
             ]
@@ -371,6 +378,21 @@ INVALID = {
         obj({"policies": [{"name": "online"}, {"name": "online", "scoreWeight": 0}]}),
         "policy names must be unique",
         "spec.policies[1].name: 'online' is used by an earlier policy",
+    ),
+    "avoidPolicies naming no policy": (
+        obj({"policies": [{"name": "batch", "avoidPolicies": ["online"]}, {"name": "onlin"}]}),
+        "avoidPolicies must name policies of this list",
+        "spec.policies[0].avoidPolicies: no policy is named 'online'",
+    ),
+    "avoidPerPod above 1": (
+        obj({"policies": [{"name": "batch", "avoidPerPod": 5}]}),
+        "avoidPerPod: 5 is greater than the maximum of 1",
+        "spec.policies[0].avoidPerPod: must be within [0, 1], got 5",
+    ),
+    "negative triggeredLevel": (
+        obj({"policies": [{"name": "online", "triggeredLevel": -1}]}),
+        "triggeredLevel: -1 is less than the minimum of 0",
+        "spec.policies[0].triggeredLevel: must be within [0, 1], got -1",
     ),
     "policy without a name": (
         obj({"policies": [{"maxLevel": 0.5}]}),
