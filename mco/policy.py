@@ -30,9 +30,6 @@ DEFAULT_RESERVATION: Final = 0.05
 # What one latency-sensitive pod on a node takes off its score for batch and best-effort pods,
 # over 100 (docs/benchmarks.md, "placement", for how it was chosen).
 AVOID_PER_POD: Final = 0.05
-# The level a node with a triggered detection counts as, at least, for online and batch pods:
-# above the latency-sensitive maxLevel (0.3), so online pods are not placed there.
-TRIGGERED_LEVEL: Final = 0.5
 _NAME: Final = re.compile(NAME_PATTERN)
 
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
@@ -65,10 +62,9 @@ def _class(value: str) -> LabelSelector:
 # The shipped list, first match wins; the last one, without a selector, is today's behaviour.
 DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("latency-sensitive", _class("latency-sensitive"), max_level=0.3,
-           reservation_per_pod=0.02, triggered_level=TRIGGERED_LEVEL),
+           reservation_per_pod=0.02),
     Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=0.1,
-           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
-           triggered_level=TRIGGERED_LEVEL),
+           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
     Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02,
            avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
     Policy("default"),

@@ -181,10 +181,13 @@ async def test_config_follows_the_report_file(serve, tmp_path):
     client = await serve(file_config(path, neutral_score=40.0, stale_after=30.0))
     store = client.server.app[STORE]
     names = ["quiet", "busy", "aging", "never-reported"]
-    # Flags: neutral 40; the shipped latency-sensitive policy filters busy (maxLevel 0.3), and
-    # quiet and aging too: io is triggered there (level 0.1, its triggeredLevel 0.5).
+    # Flags: neutral 40; the shipped latency-sensitive policy (maxLevel 0.3) filters busy.
     assert (await kube_scores(client, {}, names))["never-reported"] == 4
-    assert (await kube_filter(client, ONLINE, names))["NodeNames"] == ["never-reported"]
+    assert (await kube_filter(client, ONLINE, names))["NodeNames"] == [
+        "quiet",
+        "aging",
+        "never-reported",
+    ]
     view = json.loads(await (await client.get("/v1/nodes")).read())
     assert view["configSource"] == "flags" and view["configGeneration"] is None
     assert [p["name"] for p in view["policies"]] == [p.name for p in DEFAULT_POLICIES]
@@ -217,7 +220,6 @@ def test_reservation_counts_toward_max_level_and_the_score():
     config = VerdictConfig()
     now = time.time()
     node = entry(0.25, now=now)
-    node.detections = {}  # nothing triggered: the shipped triggeredLevel stays out of it
     online = PodFacts(None, False, DEFAULT_POLICIES[0])  # latency-sensitive: maxLevel 0.3
     assert decide(node, now, online, NodeFacts("n"), config, now).passed
     held = decide(node, now, online, NodeFacts("n"), config, now, reserved=0.1)
