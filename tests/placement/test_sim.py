@@ -11,6 +11,7 @@ import yaml
 from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand, signals
+from bench.placement.run import figures
 from bench.placement.trace import PodSpec, TraceShape, generate
 
 
@@ -108,3 +109,19 @@ def test_pods_api_lists_then_watches_from_the_lists_version(tmp_path) -> None:
             ("ADDED", "c1-p2"),
             ("DELETED", "c1-p1"),
         ]
+
+
+def test_figures_are_the_full_mco_run_against_the_default() -> None:
+    rows = [
+        {"run": "default/none", "exposure": 0.4, "herding": 1.0},
+        {"run": "mco-basic/kube", "exposure": 0.1, "herding": 9.0},
+        {"run": "mco-full/volcano", "exposure": 0.3, "herding": 5.0},
+        {"run": "mco-full/kube", "exposure": 0.2, "herding": 1.5},
+    ]
+    assert figures(rows) == (0.5, 1.5)
+    ratio, herding = figures([r for r in rows if r["run"] != "mco-full/kube"])
+    assert ratio == pytest.approx(0.75) and herding == 5.0
+    quiet = [{"run": "default/none", "exposure": 0.0, "herding": 1.0}, *rows[3:]]
+    assert figures(quiet)[0] == float("inf")
+    quiet[1] = {**quiet[1], "exposure": 0.0}
+    assert figures(quiet)[0] == 1.0
