@@ -132,7 +132,7 @@ def _volcano_routes(placements: VolcanoPlacements) -> dict[str, Answer]:
 
     def prioritize(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
         args = volcano.decode_prioritize(body, judge.config)
-        placements.in_prioritize(body, now)
+        placements.in_prioritize(body, now, [info.name for info in args.nodes or ()])
         result, verdicts = volcano.prioritize(args, judge, now)
         return _encode(result), verdicts
 
@@ -281,7 +281,15 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
 
     budget = app[BUDGET] = BodyBudget(config.max_body_memory)
     placements = VolcanoPlacements(
-        rc.volcano_placements, store, reservations, app[AMOUNT_FOR], metrics
+        rc.volcano_placements,
+        store,
+        reservations,
+        app[AMOUNT_FOR],
+        metrics,
+        residents=app[RESIDENTS],
+        wants_residents=lambda: any(
+            p.avoid_policies and p.avoid_per_pod > 0 for p in judge.policies.policies
+        ),
     )
     vc = _volcano_routes(placements)
     ring = app[DECISIONS] = decisions.Decisions()

@@ -4,7 +4,9 @@ A batch pod whose policy keeps away from latency-sensitive pods scores a node as
 were ``avoidPerPod`` higher for each latency-sensitive pod on it (``extender.verdict.decide``).
 That needs the pods on each node, which no scheduler call carries for kube-scheduler: the pod
 watch (``--watch-pods``, ``extender.pod_watch``) feeds this store with every bound pod that has
-not finished, and forgets deleted and finished ones.
+not finished, and forgets deleted and finished ones. On the Volcano path each NodeInfo of a
+predicate or prioritize body lists its node's tasks, which replace that node's pods here
+(``extender.volcano_placements``).
 
 Each pod is kept with its labels, so that a change of the policies in force (the report's
 ``status.config``) reclassifies the pods already known. At most ``MAX_RESIDENTS`` are held (the
@@ -14,7 +16,7 @@ oldest going first): about 110 pods on each of 2,400 nodes, ~0.5 KiB each with a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
 
 MAX_RESIDENTS: Final = 262_144
@@ -37,6 +39,7 @@ class Residents:
         self._max = max_pods
         self._pods: dict[str, Resident] = {}
         self._nodes: dict[str, Counter[str]] = {}
+        self._keys: dict[str, set[str]] = {}  # node -> its pods' keys
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -47,6 +50,7 @@ class Residents:
         resident = Resident(node, labels, self._classify(labels))
         self._pods[key] = resident
         self._nodes.setdefault(node, Counter())[resident.policy] += 1
+        self._keys.setdefault(node, set()).add(key)
         while len(self._pods) > self._max:
             self.remove(next(iter(self._pods)))
 
@@ -54,6 +58,10 @@ class Residents:
         old = self._pods.pop(key, None)
         if old is None:
             return
+        keys = self._keys[old.node]
+        keys.discard(key)
+        if not keys:
+            del self._keys[old.node]
         counts = self._nodes[old.node]
         counts[old.policy] -= 1
         if counts[old.policy] <= 0:
@@ -64,6 +72,15 @@ class Residents:
     def clear(self) -> None:
         self._pods.clear()
         self._nodes.clear()
+        self._keys.clear()
+
+    def replace_node(self, node: str, pods: Iterable[tuple[str, Mapping[str, str]]]) -> None:
+        """The pods on ``node`` are exactly ``pods`` (key, labels): a Volcano NodeInfo lists
+        every task on its node, so pods it no longer lists have left."""
+        for key in list(self._keys.get(node, ())):
+            self.remove(key)
+        for key, labels in pods:
+            self.put(key, node, labels)
 
     def count(self, node: str, policies: Sequence[str]) -> int:
         """Pods of any of ``policies`` on ``node``."""

@@ -292,8 +292,23 @@ def placed_tasks(body: Body) -> list[PlacedTask]:
     TaskInfo to the key after its Pod, closed with ``}``, as the predicate's fast path does.
     A task whose cut does not decode is skipped: a missed task only misses its reservation.
     """
+    return _tasks(body, _PLACED, PLACED_STATUSES)
+
+
+# Tasks that are on their node: placed (above), Running or Releasing (still running there).
+RESIDENT_STATUSES = PLACED_STATUSES | {32, 64}
+_RESIDENT = re.compile(rb',"Status":(?:2|4|8|16|32|64),"LastTransaction":')
+
+
+def resident_tasks(body: Body) -> list[PlacedTask]:
+    """The tasks in ``body`` on a node, placed or running (what ``avoidPolicies`` counts); read
+    as ``placed_tasks`` reads its own."""
+    return _tasks(body, _RESIDENT, RESIDENT_STATUSES)
+
+
+def _tasks(body: Body, pattern: re.Pattern[bytes], statuses: frozenset[int]) -> list[PlacedTask]:
     tasks: list[PlacedTask] = []
-    for match in _PLACED.finditer(body):
+    for match in pattern.finditer(body):
         start = body.rfind(_TASK_START, 0, match.start())
         ends = [e for m in _TASK_ENDS if (e := body.find(m, match.end())) >= 0]
         if start < 0 or not ends:
@@ -302,7 +317,7 @@ def placed_tasks(body: Body) -> list[PlacedTask]:
             task = _placed_task.decode(body[start : min(ends)] + b"}")
         except UNDECODABLE:
             continue
-        if task.status in PLACED_STATUSES and task.node_name and task.key:
+        if task.status in statuses and task.node_name and task.key:
             tasks.append(task)
     return tasks
 

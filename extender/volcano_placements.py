@@ -16,9 +16,15 @@ Generation would only miss a reservation.
 
 A task placed on a node the report does not know is ignored (no level to add to); a deallocate
 of a task never placed is fine.
+
+While a policy in force keeps pods away from others (``avoidPolicies``), each NodeInfo's placed
+and running tasks also replace its node's pods in the residents (``extender.residents``),
+whatever the mode, with the same skip of a NodeInfo part seen before.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 from extender.metrics import ExtenderMetrics
 from extender.reports import ReportStore
@@ -29,7 +35,8 @@ from extender.reservation import (
     Placement,
     Reservations,
 )
-from extender.volcano import PlacedTask, placed_tasks
+from extender.residents import Residents
+from extender.volcano import PlacedTask, placed_tasks, resident_tasks
 from extender.wire import Body
 
 _NODE_KEY = b'"node":{'  # a predicate body's NodeInfo
@@ -52,8 +59,14 @@ class VolcanoPlacements:
         reservations: Reservations,
         amount_for: AmountFor,
         metrics: ExtenderMetrics,
+        residents: Residents | None = None,
+        wants_residents: Callable[[], bool] = lambda: False,
     ) -> None:
         self._mode = mode
+        self._residents = residents
+        self._wants_residents = wants_residents
+        self._resident_seen: dict[str, Signature] = {}  # node -> its last NodeInfo read
+        self._resident_prioritize_seen: Signature | None = None
         self._store = store
         self._reservations = reservations
         self._amount_for = amount_for
@@ -77,6 +90,12 @@ class VolcanoPlacements:
 
     def in_predicate(self, body: Body, node: str, now: float) -> None:
         """The placed tasks of a predicate body for ``node``, when this mode reads them."""
+        if self._residents is not None and self._wants_residents():
+            signature = _signature(body, _NODE_KEY)
+            if signature is None or self._resident_seen.get(node) != signature:
+                self._replace(body, [node])
+                if signature is not None and self._store.get(node) is not None:
+                    self._resident_seen[node] = signature
         if not self.reads_tasks:
             return
         signature = _signature(body, _NODE_KEY)
@@ -86,8 +105,14 @@ class VolcanoPlacements:
         if signature is not None and self._store.get(node) is not None:  # bounded by the report
             self._predicate_seen[node] = signature
 
-    def in_prioritize(self, body: Body, now: float) -> None:
-        """The placed tasks of a prioritize body, when this mode reads them."""
+    def in_prioritize(self, body: Body, now: float, nodes: Sequence[str] = ()) -> None:
+        """The placed tasks of a prioritize body (whose NodeInfos are ``nodes``), when this
+        mode reads them."""
+        if self._residents is not None and self._wants_residents():
+            signature = _signature(body, _NODES_KEY)
+            if signature is None or signature != self._resident_prioritize_seen:
+                self._replace(body, nodes)
+                self._resident_prioritize_seen = signature
         if not self.reads_tasks:
             return
         signature = _signature(body, _NODES_KEY)
@@ -95,6 +120,15 @@ class VolcanoPlacements:
             return
         self._scan(body, now)
         self._prioritize_seen = signature
+
+    def _replace(self, body: Body, nodes: Sequence[str]) -> None:
+        assert self._residents is not None
+        on: dict[str, list[tuple[str, dict[str, str]]]] = {n: [] for n in nodes}
+        for task in resident_tasks(body):
+            if task.node_name in on:
+                on[task.node_name].append((task.key, task.labels))
+        for node, pods in on.items():
+            self._residents.replace_node(node, pods)
 
     def _scan(self, body: Body, now: float) -> None:
         for task in placed_tasks(body):

@@ -77,7 +77,8 @@ _FIELD_HELP: Final[dict[str, str]] = {
     "avoidPolicies": "Names of policies whose pods these pods keep away from: each of their "
     "pods on a node takes 100 x avoidPerPod off the node's score for these pods, after "
     "scoreWeight (it never filters). The extender learns the pods on each node from "
-    "--watch-pods (kube-scheduler); without it this has no effect.",
+    "--watch-pods (kube-scheduler; without it this has no effect there) or from the tasks of "
+    "Volcano's NodeInfos.",
     "avoidPerPod": "Score (over 100) each pod of avoidPolicies on a node takes off it.",
     "triggeredLevel": "A node where any detection is triggered counts, for these pods, as if "
     "its interference level were at least this (for maxLevel and the score); 0: off.",

@@ -121,10 +121,12 @@ class VolcanoExtender(_Timed):
 
     def _node_info(self, cluster: Cluster, name: str) -> dict[str, Any]:
         node = cluster.nodes[name]
+        # Every task on the node, as Volcano sends them: placed ones Bound, started ones Running.
         tasks = [
-            wire.task_info(p, name, wire.BOUND, uid(cluster, p))
+            wire.task_info(
+                p, name, wire.RUNNING if p.name in node.running else wire.BOUND, uid(cluster, p)
+            )
             for p in node.placed.values()
-            if p.name not in node.running
         ]
         return wire.node_info(name, tasks)
 

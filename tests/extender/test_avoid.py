@@ -4,7 +4,7 @@ The residents store itself, the policy field's validation, and through the real 
 the pod watch against kmock: a batch pod scores a node lower for each latency-sensitive pod on
 it, whatever its own scoreWeight, an online pod does not, deleted and finished pods stop
 counting, a change of the policies in force reclassifies the pods known, and the count never
-filters (maxLevel ignores it).
+filters (maxLevel ignores it); on the Volcano path, from the tasks each NodeInfo lists.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from extender.app import RESIDENTS
+from extender.config import ExtenderConfig, SourceConfig
 from extender.residents import Residents
 from mco.labelselector import LabelSelector
 from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy, parse_policies, to_spec
@@ -194,3 +195,51 @@ async def eventually_scores(client: Any, labels: dict[str, str], want: dict[str,
         if time.monotonic() > deadline:
             pytest.fail(f"scores never became {want}: {got}")
         await asyncio.sleep(0.05)
+
+
+# -- the Volcano path: each NodeInfo lists its node's tasks ----------------------------------
+
+
+def volcano_node(name: str, online: int, uid_base: int = 0, status: int = 32) -> Any:
+    """A NodeInfo with 30 other running tasks plus ``online`` latency-sensitive ones."""
+    info = bodies.node_info(name, tasks=30)
+    for i in range(online):
+        p = bodies.pod(f"web-{name}-{i}", "shop", node_name=name, phase="Running", labels=ONLINE)
+        p["metadata"]["uid"] = f"uid-{name}-{uid_base + i}"
+        info["Tasks"][f"shop/web-{name}-{i}"] = bodies.task_info(p, status=status, node_name=name)
+    return info
+
+
+async def volcano_scores(client: Any, online: dict[str, int]) -> dict[str, float]:
+    task = bodies.task_info(bodies.pod("job-0", "team-a", labels=BATCH))
+    nodes = [volcano_node(n, k) for n, k in online.items()]
+    body = bodies.go_json({"task": task, "nodes": nodes})
+    raw = await (await client.post("/volcano/prioritize", data=body)).read()
+    scores: dict[str, float] = json.loads(raw)["nodeScore"]
+    return scores
+
+
+async def test_volcano_node_infos_tell_the_pods_on_each_node(tmp_path: Path, serve: Any) -> None:
+    report = tmp_path / "report.json"
+    write(report, 0.2, 1, weight=0.0)  # neutral 50 for batch pods, 20 off per online pod
+    client = await serve(
+        ExtenderConfig(source=SourceConfig(report_file=str(report), poll_interval=0.05))
+    )
+    residents = client.server.app[RESIDENTS]
+    assert await volcano_scores(client, {"a": 2, "b": 1, "c": 0}) == {
+        "a": 10.0,
+        "b": 30.0,
+        "c": 50.0,
+    }
+    assert residents.count("a", ["online"]) == 2
+    # The next NodeInfos no longer list a's online pods: they left the node.
+    assert await volcano_scores(client, {"a": 0, "b": 1, "c": 0}) == {
+        "a": 50.0,
+        "b": 30.0,
+        "c": 50.0,
+    }
+    # A predicate call's NodeInfo counts the same way.
+    task = bodies.task_info(bodies.pod("job-1", "team-a", labels=BATCH))
+    body = bodies.go_json({"task": task, "node": volcano_node("c", 3, uid_base=10, status=16)})
+    result = json.loads(await (await client.post("/volcano/predicate", data=body)).read())
+    assert not result.get("status") and residents.count("c", ["online"]) == 3
