@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from exporter.collectors.cgroup import DEFAULT_MAX_PODS, MAX_DEPTH, CgroupCollector
 from exporter.errors import NoDataError
@@ -27,20 +28,21 @@ TREES = ["cgroup-v2-systemd", "cgroup-v2-cgroupfs", "cgroup-v1-hybrid"]
 
 
 class _Once:
-    def __init__(self, metrics: Sequence[object]) -> None:
+    def __init__(self, metrics: Sequence[Metric]) -> None:
         self._metrics = metrics
 
-    def collect(self) -> Sequence[object]:
+    def collect(self) -> Sequence[Metric]:
         return self._metrics
 
 
 def exposition(collector: CgroupCollector | ReferenceCollector) -> str:
+    metrics: Sequence[Metric]
     try:
         metrics = collector.update()
     except NoDataError as exc:
         metrics = exc.metrics
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Once(metrics))  # type: ignore[arg-type]
+    registry.register(_Once(metrics))
     return generate_latest(registry).decode()
 
 
