@@ -106,18 +106,14 @@ class Listing:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.entries: dict[str, os.DirEntry[str]] = {}
-        children: list[str] = []
         try:
             with os.scandir(path) as listing:
-                for entry in listing:
-                    self.entries[entry.name] = entry
-                    if entry.is_dir(follow_symlinks=False):
-                        children.append(entry.path)
+                self.entries = {entry.name: entry for entry in listing}
         except (FileNotFoundError, NotADirectoryError):
-            pass  # gone (or never a cgroup): every file absent
-        children.sort()
-        self.children = children
+            self.entries = {}  # gone (or never a cgroup): every file absent
+        self.children = sorted(
+            e.path for e in self.entries.values() if e.is_dir(follow_symlinks=False)
+        )
 
     def read(self, name: str) -> str | None:
         """The file's text, or None when the cgroup does not have it."""
@@ -132,6 +128,18 @@ class Listing:
             if exc.errno in _ABSENT:  # removed since the listing
                 return None
             raise
+
+
+class Unlisted:
+    """A cgroup directory whose few files are read by path (a stat each), not listed."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, name: str) -> str | None:
+        return _read(f"{self.path}/{name}")
 
 
 def _read(path: str) -> str | None:
@@ -236,7 +244,8 @@ def read_pod(layout: Layout, pod: PodCgroup) -> PodSamples:
     out = PodSamples()
     v2 = Listing(f"{layout.listed_from}/{pod.rel}") if layout.version == 2 else None
     if layout.unified is not None:
-        psi = v2 if v2 is not None else Listing(f"{layout.unified}/{pod.rel}")
+        # v1 + unified: three files of a directory of some 30, read by path, not listed
+        psi: Listing | Unlisted = v2 or Unlisted(f"{layout.unified}/{pod.rel}")
         for resource, filename in _PSI_FILES:
             text = psi.read(filename)
             if text is not None:
