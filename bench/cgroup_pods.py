@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -103,12 +104,51 @@ def cpu_per_scrape(
     return (time.process_time() - start) / scrapes, series, float(ok)
 
 
+def against_reference(paths: Paths, options: dict[str, str], scrapes: int) -> tuple[float, float]:
+    """(CPU seconds per scrape of the collector before issue 14, of today's), alternated in
+    rounds so that a change in the machine's load falls on both alike."""
+    from tests.exporter.cgroup_reference import ReferenceCollector  # the pre-issue-14 copy
+
+    config = CollectorConfig(
+        paths,
+        {"max-pods": "250", "cgroup-root": "/"}
+        | {k.removeprefix("cgroup."): v for k, v in options.items()},
+    )
+    spent = [0.0, 0.0]
+    collectors = (ReferenceCollector(config), specs()["cgroup"].factory(config))
+    for _ in range(5):
+        for i, collector in enumerate(collectors):
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(_Scraped(collector))
+            start = time.process_time()
+            for _ in range(max(1, scrapes // 5)):
+                generate_latest(registry)
+            spent[i] += time.process_time() - start
+    rounds = 5 * max(1, scrapes // 5)
+    return spent[0] / rounds, spent[1] / rounds
+
+
+class _Scraped:
+    """One collector's update() as a registry collector (collection and exposition)."""
+
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+
+    def collect(self) -> Any:
+        return self._collector.update()
+
+
 def report(label: str, paths: Paths, options: dict[str, str], scrapes: int) -> float:
     base, base_series, _ = cpu_per_scrape(NODE_COLLECTORS, paths, options, scrapes)
     cgroup, pod_series, ok = cpu_per_scrape(("cgroup",), paths, options, scrapes)
     both, _, _ = cpu_per_scrape((*NODE_COLLECTORS, "cgroup"), paths, options, scrapes)
     if not ok:
         raise SystemExit(f"{label}: the cgroup collector did not read the tree")
+    before, now = against_reference(paths, options, scrapes)
+    print(
+        f"{label}: collector before issue 14 {before * 1e3:.2f} ms CPU per scrape, now "
+        f"{now * 1e3:.2f} ms ({before / now:.2f}x less; alternated in the same run)"
+    )
     print(
         f"{label}: node-level scrape {base * 1e3:.2f} ms CPU ({base_series} series); "
         f"cgroup collector alone {cgroup * 1e3:.2f} ms ({pod_series} series) = "

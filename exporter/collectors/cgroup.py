@@ -15,6 +15,7 @@ there is one (hybrid). Pod cgroups are found under ``kubepods.slice`` (systemd d
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,13 +38,14 @@ from exporter.parsers.cgroup import (
 )
 from exporter.parsers.fields import uint
 from exporter.parsers.pressure import parse_pressure
-from exporter.paths import read_text
+from exporter.paths import read_listed, read_text
 from exporter.registry import CollectorConfig, FileCollector, Option, register
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 PSI_RESOURCES = ("cpu", "io", "memory")
+_PSI_FILES = tuple((r, f"{r}.pressure") for r in PSI_RESOURCES)
 MEMORY_EVENTS = ("max", "high", "oom_kill")
 SKIP_REASONS = ("vanished", "unreadable", "malformed", "max_pods")
 DEFAULT_MAX_PODS = 250  # Kubernetes allows 110 pods per node by default
@@ -93,6 +95,53 @@ class PodSamples:
     io_limits: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+class Listing:
+    """One cgroup directory, listed once per scrape: its entries by name and its child cgroups.
+
+    A pod's files are then read without a stat each (the listing's ``d_type`` says what is a
+    regular file) and a file the cgroup does not have (controller or PSI off) costs nothing.
+    """
+
+    __slots__ = ("children", "entries", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            with os.scandir(path) as listing:
+                self.entries = {entry.name: entry for entry in listing}
+        except (FileNotFoundError, NotADirectoryError):
+            self.entries = {}  # gone (or never a cgroup): every file absent
+        self.children = sorted(
+            e.path for e in self.entries.values() if e.is_dir(follow_symlinks=False)
+        )
+
+    def read(self, name: str) -> str | None:
+        """The file's text, or None when the cgroup does not have it."""
+        entry = self.entries.get(name)
+        if entry is None:
+            return None
+        if not entry.is_file():  # a symlink, FIFO, directory …: the checked path decides
+            return _read(entry.path)
+        try:
+            return read_listed(entry.path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:  # removed since the listing
+                return None
+            raise
+
+
+class Unlisted:
+    """A cgroup directory whose few files are read by path (a stat each), not listed."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self, name: str) -> str | None:
+        return _read(f"{self.path}/{name}")
+
+
 def _read(path: str) -> str | None:
     """The file's text, or None when the cgroup does not have it (controller or PSI off)."""
     try:
@@ -101,13 +150,6 @@ def _read(path: str) -> str | None:
         if exc.errno in _ABSENT:
             return None
         raise
-
-
-def _entries(directory: str) -> list[str]:
-    try:
-        return sorted(os.listdir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def _positive_int(text: str) -> int:
@@ -152,6 +194,10 @@ def _kubepods(hierarchy: str, below: str) -> str | None:
     return None
 
 
+# The same few hundred directory names every scrape: parsed once (bounded: pods come and go).
+_pod_dir = functools.lru_cache(maxsize=1024)(parse_pod_dir)
+
+
 def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
     """Every pod cgroup under kubepods, in path order; guaranteed pods sit in kubepods itself."""
     top = _kubepods(hierarchy, below)
@@ -163,20 +209,32 @@ def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
         parents.append((os.path.join(top, f"kubepods-{qos}.slice" if systemd else qos), qos))
     pods: list[PodCgroup] = []
     for parent, qos in parents:
-        for name in _entries(os.path.join(hierarchy, parent)):
-            pod = parse_pod_dir(name, qos)
-            if pod is not None and os.path.isdir(os.path.join(hierarchy, parent, name)):
-                pods.append(PodCgroup(uid=pod[1], qos=pod[0], rel=os.path.join(parent, name)))
+        for entry in _sorted_entries(os.path.join(hierarchy, parent)):
+            pod = _pod_dir(entry.name, qos)
+            if pod is not None and entry.is_dir():  # follows a symlink, as isdir does
+                pods.append(PodCgroup(uid=pod[1], qos=pod[0], rel=f"{parent}/{entry.name}"))
     return pods
 
 
-def _subtree(directory: str) -> list[str]:
+def _sorted_entries(directory: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as listing:
+            return sorted(listing, key=_name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
+def _subtree(top: Listing) -> list[Listing]:
     """The cgroup and the cgroups below it, at most ``MAX_DEPTH`` levels down (one removed
     during the walk is left out)."""
-    found = [directory]
-    level = [directory]
+    found = [top]
+    level = [top]
     for _ in range(MAX_DEPTH):
-        level = [child for parent in level for child in _subdirectories(parent)]
+        level = [Listing(child) for parent in level for child in parent.children]
         found += level
     return found
 
@@ -184,44 +242,46 @@ def _subtree(directory: str) -> list[str]:
 def read_pod(layout: Layout, pod: PodCgroup) -> PodSamples:
     """Every value of one pod. Raises OSError (unreadable) or ParseError (malformed)."""
     out = PodSamples()
+    v2 = Listing(f"{layout.listed_from}/{pod.rel}") if layout.version == 2 else None
     if layout.unified is not None:
-        base = os.path.join(layout.unified, pod.rel)
-        for resource in PSI_RESOURCES:
-            text = _read(os.path.join(base, f"{resource}.pressure"))
+        # v1 + unified: three files of a directory of some 30, read by path, not listed
+        psi: Listing | Unlisted = v2 or Unlisted(f"{layout.unified}/{pod.rel}")
+        for resource, filename in _PSI_FILES:
+            text = psi.read(filename)
             if text is not None:
                 for kind, total_us in parse_pressure(text).total_us.items():
                     out.stalled.append((resource, kind, total_us / 1e6))
-    if layout.version == 2:
-        _read_v2(os.path.join(layout.listed_from, pod.rel), out)
+    if v2 is not None:
+        _read_v2(v2, out)
     else:
         if layout.memory is not None:
-            _read_v1_memory(os.path.join(layout.memory, pod.rel), out)
+            _read_v1_memory(Listing(f"{layout.memory}/{pod.rel}"), out)
         if layout.blkio is not None:
-            _read_v1_blkio(os.path.join(layout.blkio, pod.rel), out)
+            _read_v1_blkio(Listing(f"{layout.blkio}/{pod.rel}"), out)
     return out
 
 
-def _read_v2(base: str, out: PodSamples) -> None:
-    if (text := _read(os.path.join(base, "memory.current"))) is not None:
+def _read_v2(pod: Listing, out: PodSamples) -> None:
+    if (text := pod.read("memory.current")) is not None:
         out.usage = parse_value(text, "memory.current")
-    if (text := _read(os.path.join(base, "memory.max"))) is not None:
+    if (text := pod.read("memory.max")) is not None:
         out.limit = parse_value(text, "memory.max")
-    if (text := _read(os.path.join(base, "memory.events"))) is not None:
+    if (text := pod.read("memory.events")) is not None:
         events = parse_flat_keyed(text, "memory.events")  # hierarchical (not .local)
         out.events = {e: events[e] for e in MEMORY_EVENTS if e in events}
-    if (text := _read(os.path.join(base, "memory.stat"))) is not None:
+    if (text := pod.read("memory.stat")) is not None:
         out.reclaimed = parse_flat_keyed(text, "memory.stat", _PGSTEAL).get("pgsteal")
-    if (text := _read(os.path.join(base, "io.stat"))) is not None:
+    if (text := pod.read("io.stat")) is not None:
         stat = parse_io_stat(text)
         out.io = {"bytes": stat.bytes, "operations": stat.operations}
-    out.io_limits = _nested(_effective_limits(base, _io_max, hierarchical=True))
+    out.io_limits = _nested(_effective_limits(pod, _io_max, hierarchical=True))
 
 
 Limits = dict[tuple[str, str], int]  # (bytes|operations, read|write) -> per second
 
 
-def _io_max(directory: str) -> Limits:
-    text = _read(os.path.join(directory, "io.max"))
+def _io_max(cgroup: Listing) -> Limits:
+    text = cgroup.read("io.max")
     if text is None:
         return {}
     parsed = parse_io_max(text)
@@ -230,10 +290,10 @@ def _io_max(directory: str) -> Limits:
     }
 
 
-def _blkio_limits(directory: str) -> Limits:
+def _blkio_limits(cgroup: Listing) -> Limits:
     limits: Limits = {}
     for what, op, filename in _BLKIO_LIMITS:
-        text = _read(os.path.join(directory, filename))
+        text = cgroup.read(filename)
         limit = None if text is None else parse_blkio_limits(text)
         if limit is not None:
             limits[what, op] = limit
@@ -241,7 +301,7 @@ def _blkio_limits(directory: str) -> Limits:
 
 
 def _effective_limits(
-    directory: str, own: Callable[[str], Limits], *, hierarchical: bool, depth: int = 0
+    cgroup: Listing, own: Callable[[Listing], Limits], *, hierarchical: bool, depth: int = 0
 ) -> Limits:
     """The I/O limits the processes of a cgroup subtree are held to, summed over devices.
 
@@ -251,24 +311,16 @@ def _effective_limits(
     only to the cgroup's own processes, so a pod cgroup's own limit binds nothing once it has
     containers.
     """
-    children = _subdirectories(directory) if depth < MAX_DEPTH else []
-    mine = own(directory) if hierarchical or not children else {}
+    children = cgroup.children if depth < MAX_DEPTH else []
+    mine = own(cgroup) if hierarchical or not children else {}
     if not children:
         return mine
     below = [
-        _effective_limits(child, own, hierarchical=hierarchical, depth=depth + 1)
+        _effective_limits(Listing(child), own, hierarchical=hierarchical, depth=depth + 1)
         for child in children
     ]
     summed = {k: sum(b[k] for b in below) for k in below[0] if all(k in b for b in below)}
     return {k: min(v for v in (mine.get(k), summed.get(k)) if v is not None) for k in mine | summed}
-
-
-def _subdirectories(directory: str) -> list[str]:
-    try:
-        with os.scandir(directory) as entries:
-            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def _nested(limits: Limits) -> dict[str, dict[str, int]]:
@@ -278,41 +330,43 @@ def _nested(limits: Limits) -> dict[str, dict[str, int]]:
     return out
 
 
-def _read_v1_memory(base: str, out: PodSamples) -> None:
-    if (text := _read(os.path.join(base, "memory.usage_in_bytes"))) is None:
+def _read_v1_memory(pod: Listing, out: PodSamples) -> None:
+    if (text := pod.read("memory.usage_in_bytes")) is None:
         return  # no memory cgroup for this pod
     out.usage = parse_value(text, "memory.usage_in_bytes")
-    if (text := _read(os.path.join(base, "memory.limit_in_bytes"))) is not None:
+    if (text := pod.read("memory.limit_in_bytes")) is not None:
         out.limit = parse_v1_limit(text)
 
     # v1 counts a limit hit (failcnt) and an OOM kill only in the cgroup where it happened:
     # a container's own limit is a cgroup below the pod's, so the pod's subtree is summed.
     out.events = {"max": 0, "oom_kill": 0}
-    for directory in _subtree(base):
-        if (text := _read(os.path.join(directory, "memory.failcnt"))) is not None:
+    for cgroup in _subtree(pod):
+        if (text := cgroup.read("memory.failcnt")) is not None:
             out.events["max"] += uint(text.strip(), "memory.failcnt")
-        if (text := _read(os.path.join(directory, "memory.oom_control"))) is not None:
+        if (text := cgroup.read("memory.oom_control")) is not None:
             oom_control = parse_flat_keyed(text, "memory.oom_control")
             out.events["oom_kill"] += oom_control.get("oom_kill", 0)  # 4.13+
 
 
-def _read_v1_blkio(base: str, out: PodSamples) -> None:
+def _read_v1_blkio(pod: Listing, out: PodSamples) -> None:
+    subtree: list[Listing] | None = None
     for what, name in (("bytes", "io_service_bytes"), ("operations", "io_serviced")):
-        text = _read(os.path.join(base, f"blkio.throttle.{name}_recursive"))  # 4.16+
+        text = pod.read(f"blkio.throttle.{name}_recursive")  # 4.16+
         if text is not None:
             out.io[what] = parse_blkio_stat(text)
             continue
         # Older kernels: only each cgroup's own I/O, and the processes are in the containers.
         totals = dict.fromkeys(IO_OPERATIONS, 0)
         found = False
-        for directory in _subtree(base):
-            if (text := _read(os.path.join(directory, f"blkio.throttle.{name}"))) is not None:
+        subtree = _subtree(pod) if subtree is None else subtree
+        for cgroup in subtree:
+            if (text := cgroup.read(f"blkio.throttle.{name}")) is not None:
                 found = True
                 for op, count in parse_blkio_stat(text).items():
                     totals[op] += count
         if found:
             out.io[what] = totals
-    out.io_limits = _nested(_effective_limits(base, _blkio_limits, hierarchical=False))
+    out.io_limits = _nested(_effective_limits(pod, _blkio_limits, hierarchical=False))
 
 
 @register(

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.cli import parse_settings
 from exporter.collectors import cgroup as cgroup_module
-from exporter.paths import Paths, read_text
+from exporter.paths import Paths, read_listed
 from tests.exporter.conftest import FIXTURES, Samples, node_collector, samples_of, scrape
 
 TREES = ["cgroup-v2-systemd", "cgroup-v2-cgroupfs", "cgroup-v1-hybrid"]
@@ -167,7 +167,7 @@ def test_a_pod_that_vanishes_mid_scrape_is_skipped_and_counted(
 ) -> None:
     """The kubelet removes a pod cgroup between the listing and the reads, or during them."""
     pod = systemd_tree / "sys/fs/cgroup" / POD_DIR
-    real_read = read_text
+    real_read = read_listed
 
     def read_then_delete(path: str) -> str:
         text = real_read(path)
@@ -175,7 +175,7 @@ def test_a_pod_that_vanishes_mid_scrape_is_skipped_and_counted(
             shutil.rmtree(pod)  # the files that follow are gone
         return text
 
-    monkeypatch.setattr("exporter.collectors.cgroup.read_text", read_then_delete)
+    monkeypatch.setattr("exporter.collectors.cgroup.read_listed", read_then_delete)
     collector = node_collector(cgroup_paths(systemd_tree), ("cgroup",))
     got = samples_of(scrape(collector), skip=DURATION)
     assert POD not in by_pod(got)
