@@ -317,7 +317,12 @@ def measure(
 ) -> Layout:
     config = _config(interval)
     rules = workdir / "rules.yaml"
-    rules.write_text(render_rules(config))
+    # vmalert reads its own results back through VictoriaMetrics: the plain reads.
+    rules.write_text(
+        render_rules(
+            config, engine="victoriametrics" if engine == VICTORIAMETRICS else "prometheus"
+        )
+    )
     share = -(-nodes // shards)
     # vmagent shares out targets, not nodes: several per fleet so that every member gets some.
     per_fleet = 1 if engine == PROMETHEUS else min(VM_TARGETS_PER_SHARD, share)

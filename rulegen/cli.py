@@ -46,7 +46,13 @@ from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfig
 from rulegen.durations import format_duration
 from rulegen.latency import buckets_flag
 from rulegen.model import DEFAULT_NAME, ConfigError, DetectionRuleConfig, load_config
-from rulegen.render import render_prometheusrule, render_rules
+from rulegen.render import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    Engine,
+    render_prometheusrule,
+    render_rules,
+)
 from rulegen.rollback import RollbackError, rollback
 
 DEFAULT_LISTEN = ":9850"
@@ -61,6 +67,18 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
             raise FlagError(f"expected key=value, got {pair!r}")
         out[key] = value
     return out
+
+
+def add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=DEFAULT_ENGINE,
+        help="the rule engine that evaluates the rules (default prometheus): prometheus reads "
+        "series recorded earlier in the same evaluation over half an interval; "
+        "victoriametrics (vmalert, or any ruler reading its results back through a query API) "
+        "reads them over the lookback",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="PrometheusRule label"
     )
+    add_engine_flag(render)
 
     buckets = sub.add_parser(
         "buckets",
@@ -107,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="label on the PrometheusRule, e.g. release=kube-prometheus-stack (repeatable)",
     )
+    add_engine_flag(ctl)
     ctl.add_argument(
         "--exporter-latency-buckets",
         default="all",
@@ -212,6 +232,7 @@ class RenderSettings:
     name: str = "mco-rules"
     namespace: str = "monitoring"
     labels: Mapping[str, str] = field(default_factory=dict)
+    engine: Engine = DEFAULT_ENGINE
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -274,6 +295,7 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             name=args.name,
             namespace=args.namespace,
             labels=_labels(args.label),
+            engine=args.engine,
             log=log_settings(args),
         )
     if args.command == "buckets":
@@ -317,6 +339,7 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             rule_name=args.prometheusrule_name,
             rule_namespace=args.prometheusrule_namespace,
             rule_labels=_labels(args.prometheusrule_label),
+            engine=args.engine,
             config_name=args.config_name,
             resync_seconds=args.resync,
             history_limit=args.history_limit,
@@ -342,7 +365,7 @@ def cmd_render(s: RenderSettings) -> int:
     try:
         config = load_config(s.config) if s.config else DetectionRuleConfig.default()
         if s.format == "rules":
-            text = render_rules(config, generation=s.generation)
+            text = render_rules(config, generation=s.generation, engine=s.engine)
         else:
             text = render_prometheusrule(
                 config,
@@ -350,6 +373,7 @@ def cmd_render(s: RenderSettings) -> int:
                 namespace=s.namespace,
                 labels=dict(s.labels),
                 generation=s.generation,
+                engine=s.engine,
             )
     except (ConfigError, ValueError) as exc:
         print(f"mco-rulegen: {exc}", file=sys.stderr)

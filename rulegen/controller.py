@@ -48,7 +48,7 @@ from mco.leader import LeaseElector, run_while_leading
 from mco.watch import ListWatch, Resource, WatchSettings
 from rulegen import guard, history, model
 from rulegen.latency import needed_bounds
-from rulegen.render import render_prometheusrule
+from rulegen.render import DEFAULT_ENGINE, Engine, render_prometheusrule
 
 log = logging.getLogger("mco.rulegen.controller")
 
@@ -66,6 +66,7 @@ class ControllerSettings:
     rule_name: str = "mco-rules"
     rule_namespace: str = "monitoring"
     rule_labels: Mapping[str, str] = field(default_factory=dict)
+    engine: Engine = DEFAULT_ENGINE  # the rule engine the PrometheusRule is for
     config_name: str = model.DEFAULT_NAME
     resync_seconds: float = 300.0  # re-read and re-apply, undoing edits to the PrometheusRule
     backoff_initial: float = 0.5
@@ -224,6 +225,7 @@ class RuleConfigController:
                 namespace=s.rule_namespace,
                 labels={**s.rule_labels, **MANAGED_BY},
                 generation=generation,
+                engine=s.engine,
             )
         )
         await self._custom.patch_namespaced_custom_object(

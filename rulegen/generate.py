@@ -1,8 +1,8 @@
 """The checked-in files the detection model produces (``make generate`` writes them).
 
 The Helm chart consumes them: its PrometheusRule template embeds the ``groups`` of the default
-rule file, ``crds/`` holds the CRD, and the default DetectionRuleConfig object is installed
-as is. tests/test_generated.py fails when a checked-in copy differs from a fresh render.
+rule file (one per rule engine, ``monitoring.engine``), ``crds/`` holds the CRD, and the default
+DetectionRuleConfig object is installed as is. tests/test_generated.py fails when a checked-in copy differs from a fresh render.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 
 RULES_PATH: Final = "charts/mco/files/mco-rules.yaml"
+VM_RULES_PATH: Final = "charts/mco/files/mco-rules-victoriametrics.yaml"
 CRD_PATH: Final = "charts/mco/crds/mco.io_detectionruleconfigs.yaml"
 DEFAULT_CONFIG_PATH: Final = "charts/mco/files/detectionruleconfig-default.yaml"
 
@@ -33,6 +34,9 @@ def render_default_config() -> str:
 def generated_files() -> dict[str, str]:
     return {
         RULES_PATH: render_rules(DetectionRuleConfig.default(), generation=0),
+        VM_RULES_PATH: render_rules(
+            DetectionRuleConfig.default(), generation=0, engine="victoriametrics"
+        ),
         CRD_PATH: render_crd(),
         DEFAULT_CONFIG_PATH: render_default_config(),
         CHART_TABLE_PATH: render_chart_table(),

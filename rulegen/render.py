@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import jinja2
 import yaml
@@ -26,6 +26,13 @@ _DNS1123_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
 _DNS1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+# Which rule engine evaluates the rules: how the model reads its own recorded series.
+Engine = Literal["prometheus", "victoriametrics"]
+ENGINES: Final[tuple[Engine, ...]] = ("prometheus", "victoriametrics")
+DEFAULT_ENGINE: Final[Engine] = "prometheus"
+# The group whose rules read series recorded earlier in the same evaluation.
+MODEL_GROUP: Final = "mco.rules"
 
 
 def format_number(value: float) -> str:
@@ -174,25 +181,94 @@ def _thresholds(config: DetectionRuleConfig, catalog: Catalog) -> list[dict[str,
     return rows
 
 
+def fresh_window_ms(evaluation_interval: int) -> int:
+    """The window of a same-evaluation read: half the interval (see ``fresh_reads``)."""
+    return evaluation_interval * 500
+
+
+def fresh_reads(groups: str, evaluation_interval: int) -> str:
+    """Prometheus only: the model group's instant reads of its own recorded series become
+    ``last_over_time(x[interval/2])``; the values are the same and each read decodes only the
+    newest chunk instead of the 5-minute lookback.
+
+    Exact because Prometheus evaluates a group's rules in order at one timestamp ``t`` and
+    appends each rule's result (or, for a series the rule no longer returns, a stale marker)
+    at ``t`` before the next rule runs: a read at ``t`` finds the sample just written at ``t``,
+    whatever happened to earlier evaluations (a missed or slow one changes nothing; the next
+    one writes and reads at its own ``t``). The window must stay under one interval: range
+    selectors skip stale markers, so a window reaching ``t - interval`` would return the
+    previous evaluation's value of a series that just disappeared, where the instant read
+    returns nothing. Reads over a range (``x[30s]``: hysteresis) are left alone, as are the
+    other groups (the alerts group runs on its own interval). Where a rule fails, the
+    instant read would return its last value up to 5 minutes old; this read returns none
+    (no data, as for a missing signal).
+    """
+    lines = groups.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {MODEL_GROUP}")
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
+        len(lines),
+    )
+    window = f"{fresh_window_ms(evaluation_interval)}ms"
+    # Only series whose every rule came earlier: a read of its own or a later rule's series
+    # is of an earlier evaluation, and keeps the lookback.
+    body = lines[start:end]
+    records = [
+        (i, line.lstrip().removeprefix("- record: ").strip())
+        for i, line in enumerate(body)
+        if line.lstrip().startswith("- record: ")
+    ]
+    last = {name: i for i, name in records}
+    out: list[str] = []
+    written: list[str] = []
+    for i, line in enumerate(body):
+        stripped = line.lstrip()
+        if stripped.startswith("- record: "):
+            written = [name for name, j in last.items() if j < i]
+            out.append(line)
+        elif stripped.startswith("#") or not written:
+            out.append(line)
+        else:
+            out.append(_fresh_line(line, written, window))
+    return "".join(lines[:start] + out + lines[end:])
+
+
+def _fresh_line(line: str, names: list[str], window: str) -> str:
+    """``line`` with each instant selector of ``names`` (with or without label matchers; not
+    one followed by a range) read as ``last_over_time(selector[window])``."""
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w:])({alternatives})(\{{[^{{}}]*\}})?(?![\w:{{]|\s*\[)")
+    return pattern.sub(lambda m: f"last_over_time({m[1]}{m[2] or ''}[{window}])", line)
+
+
 def _groups(
-    config: DetectionRuleConfig, generation: int, catalog: Catalog
+    config: DetectionRuleConfig, generation: int, catalog: Catalog, engine: Engine
 ) -> tuple[str, dict[str, Any]]:
     if generation < 0:
         raise ValueError(f"generation must be >= 0, got {generation}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     context = _context(config, generation, catalog)
     text = _environment().get_template("groups.yaml.j2").render(context)
+    if engine == "prometheus":
+        text = fresh_reads(text, config.evaluation_interval)
     return text.rstrip("\n") + "\n", context
 
 
 def render_rules(
-    config: DetectionRuleConfig, generation: int = 0, catalog: Catalog = CATALOG
+    config: DetectionRuleConfig,
+    generation: int = 0,
+    catalog: Catalog = CATALOG,
+    engine: Engine = DEFAULT_ENGINE,
 ) -> str:
     """A Prometheus rule file (``rule_files:``) encoding ``config``.
 
     ``generation`` is the DetectionRuleConfig's metadata.generation (0: the built-in default);
-    ``config`` must come from ``catalog`` (``from_spec(spec, catalog)``).
+    ``config`` must come from ``catalog`` (``from_spec(spec, catalog)``). ``engine``: the rule
+    engine that evaluates it (``victoriametrics``: vmalert, or any ruler that reads its results
+    back through a query API; ``fresh_reads``).
     """
-    groups, context = _groups(config, generation, catalog)
+    groups, context = _groups(config, generation, catalog, engine)
     text = _environment().get_template("rules.yaml.j2").render(context, groups=groups)
     _check_yaml(text)
     return text
@@ -206,13 +282,14 @@ def render_prometheusrule(
     labels: Mapping[str, str] | None = None,
     generation: int = 0,
     catalog: Catalog = CATALOG,
+    engine: Engine = DEFAULT_ENGINE,
 ) -> str:
     """A monitoring.coreos.com/v1 PrometheusRule holding the same groups as ``render_rules``."""
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
         raise ValueError(f"PrometheusRule name {name!r} is not a DNS-1123 subdomain")
     if namespace is not None and (len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)):
         raise ValueError(f"namespace {namespace!r} is not a DNS-1123 label")
-    groups, context = _groups(config, generation, catalog)
+    groups, context = _groups(config, generation, catalog, engine)
     text = (
         _environment()
         .get_template("prometheusrule.yaml.j2")

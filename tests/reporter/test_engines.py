@@ -27,7 +27,7 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import NodeEntry, entry_time, parse_time
 from rulegen import series
 from rulegen.model import DetectionRuleConfig
-from rulegen.render import render_rules
+from rulegen.render import Engine, render_rules
 from scripts.procs import (
     Managed,
     Prometheus,
@@ -84,9 +84,9 @@ def exporters(tmp_path: Path) -> Iterator[list[ScrapeTarget]]:
         b.stop()
 
 
-def rules_file(workdir: Path) -> Path:
-    path = workdir / "mco-rules.yaml"
-    path.write_text(render_rules(DetectionRuleConfig.default()))
+def rules_file(workdir: Path, engine: Engine = "prometheus") -> Path:
+    path = workdir / f"mco-rules-{engine}.yaml"
+    path.write_text(render_rules(DetectionRuleConfig.default(), engine=engine))
     return path
 
 
@@ -212,7 +212,7 @@ async def test_victoriametrics_numbers_equal_its_promql(
     vm.start()
     alert = VMAlert(
         tmp_path / "vmalert",
-        rule_files=[rules_file(tmp_path)],
+        rule_files=[rules_file(tmp_path, "victoriametrics")],
         datasource_url=vm.url,
         remote_write_url=vm.url,
     )

@@ -91,7 +91,7 @@ def test_vmagent_shards_each_evaluate_their_own_nodes_and_a_dead_one_stales_exac
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config.to_object()))
     rules = tmp_path / "rules.yaml"
-    rules.write_text(render_rules(config))
+    rules.write_text(render_rules(config, engine="victoriametrics"))
     targets = [ScrapeTarget("mco-exporter", address) for address in fleet]
     vms = [VictoriaMetrics(tmp_path / f"vm-{i}") for i in range(MEMBERS)]
     agents = [

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rulegen.cli import main
-from rulegen.generate import RULES_PATH
+from rulegen.generate import RULES_PATH, VM_RULES_PATH
 from scripts.procs import Managed, free_port
 from tests.reporter.conftest import write_kubeconfig
 from tests.secured_web import assert_secured, hosts, secured_web, wait_served
@@ -22,6 +22,13 @@ CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
 
 def test_render_defaults_is_the_checked_in_rule_file(capsys):
     assert main(["render"]) == 0
+    assert capsys.readouterr().out == (ROOT / RULES_PATH).read_text()
+
+
+def test_render_for_victoriametrics_is_its_checked_in_rule_file(capsys):
+    assert main(["render", "--engine=victoriametrics"]) == 0
+    assert capsys.readouterr().out == (ROOT / VM_RULES_PATH).read_text()
+    assert main(["render", "--engine=prometheus"]) == 0
     assert capsys.readouterr().out == (ROOT / RULES_PATH).read_text()
 
 

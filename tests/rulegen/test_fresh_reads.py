@@ -1,0 +1,143 @@
+"""The Prometheus render's same-evaluation reads (``rulegen.render.fresh_reads``): the same rules
+as the VictoriaMetrics render but for the read of series recorded earlier in the group, and
+exact in promtool where a window of one interval would not be (the promtool suites of
+test_promtool.py, test_hysteresis.py and test_latency_buckets.py run the Prometheus render)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from rulegen import series as S
+from rulegen.model import DetectionRuleConfig, from_spec, load_config
+from rulegen.render import MODEL_GROUP, fresh_reads, render_prometheusrule, render_rules
+
+SUITES = Path(__file__).with_name("promtool")
+FRESH = re.compile(r"last_over_time\(([^()\[\]]+)\[(\d+)ms\]\)")
+
+
+def groups(text: str) -> dict[str, list[dict[str, object]]]:
+    return {g["name"]: g["rules"] for g in yaml.safe_load(text)["groups"]}
+
+
+def test_prometheus_render_is_the_victoriametrics_one_with_fresh_reads_of_earlier_rules():
+    for config in (DetectionRuleConfig.default(), load_config(SUITES / "config.yaml")):
+        prom = render_rules(config, generation=3)
+        vm = render_rules(config, generation=3, engine="victoriametrics")
+        assert "[500ms]" not in vm
+        # Unwrapping every fresh read gives back the plain render, byte for byte.
+        assert FRESH.sub(r"\1", prom) == vm
+        model = groups(prom)[MODEL_GROUP]
+        seen: set[str] = set()
+        reads = 0
+        for rule in model:
+            for selector, window in FRESH.findall(str(rule["expr"])):
+                reads += 1
+                assert window == "500"
+                # Only series whose rules all ran before this one, at the same timestamp.
+                assert selector.split("{")[0] in seen, (rule, selector)
+            seen.add(str(rule["record"]))
+        assert reads >= 50
+        # Reads of earlier evaluations keep their range; the other groups are untouched.
+        violated = next(r for r in model if r["record"] == S.HARD_CONSTRAINT_VIOLATED)
+        assert f"last_over_time({S.HARD_CONSTRAINT_VIOLATED}[30s])" in str(violated["expr"])
+        assert f"max_over_time({S.HARD_CONSTRAINT_EXCEEDED}[30s])" in str(violated["expr"])
+        for name in ("mco.thresholds", "mco.alerts"):
+            assert groups(prom)[name] == groups(vm)[name]
+
+
+def test_the_window_is_half_the_evaluation_interval_in_both_formats():
+    config = from_spec({"evaluationInterval": "4s"})
+    prom = render_rules(config)
+    assert "[2000ms]" in prom and "[500ms]" not in prom
+    rule = yaml.safe_load(render_prometheusrule(config, name="mco", namespace="monitoring"))
+    assert rule["spec"]["groups"] == yaml.safe_load(prom)["groups"]
+    vm = yaml.safe_load(
+        render_prometheusrule(config, name="mco", namespace="monitoring", engine="victoriametrics")
+    )
+    assert "ms])" not in yaml.safe_dump(vm)
+
+
+def test_a_read_of_its_own_or_a_later_rules_series_keeps_the_lookback():
+    text = f"""groups:
+  - name: {MODEL_GROUP}
+    rules:
+      - record: a
+        expr: b + c
+      - record: b
+        expr: a * 2 + b
+      - record: c
+        expr: sum(a{{x="1"}}) + rate(b[10s]) + a_total
+  - name: other
+    rules:
+      - record: d
+        expr: a + b
+"""
+    out = groups(fresh_reads(text, 1))
+    assert [r["expr"] for r in out[MODEL_GROUP]] == [
+        "b + c",  # both recorded later: the previous evaluation's values
+        "last_over_time(a[500ms]) * 2 + b",  # b is its own series
+        # a with matchers; a range over b and another series' name left alone
+        'sum(last_over_time(a{x="1"}[500ms])) + rate(b[10s]) + a_total',
+    ]
+    assert out["other"] == [{"record": "d", "expr": "a + b"}]
+
+
+def test_a_window_under_one_interval_is_exact_where_one_interval_is_not(tmp_path):
+    """A series a rule stops returning gets a stale marker at that evaluation; range selectors
+    skip stale markers, so ``last_over_time(x[1s])`` at a 1s interval would still return the
+    previous evaluation's value where the instant read returns nothing. Half an interval
+    returns nothing, as the instant read does."""
+    rules = fresh_reads(
+        f"""groups:
+  - name: {MODEL_GROUP}
+    interval: 1s
+    rules:
+      - record: high
+        expr: x > 5
+      - record: fresh
+        expr: high
+      - record: one_interval
+        expr: last_over_time(high[1s])
+""",
+        1,
+    )
+    assert "last_over_time(high[500ms])" in rules
+    (tmp_path / "rules.yaml").write_text(rules)
+
+    def at(seconds: int, name: str, value: float | None) -> dict[str, object]:
+        samples = [] if value is None else [{"labels": name, "value": value}]
+        return {"expr": name, "eval_time": f"{seconds}s", "exp_samples": samples}
+
+    suite = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1s",
+        "tests": [
+            {
+                "interval": "1s",
+                "input_series": [{"series": "x", "values": "10 10 0 0 10"}],
+                "promql_expr_test": [
+                    at(1, "fresh", 10),
+                    at(2, "high", None),
+                    at(2, "fresh", None),  # the rule's series is gone: so is the read
+                    at(2, "one_interval", 10),  # the stale marker skipped: last evaluation's
+                    at(3, "fresh", None),
+                    at(3, "one_interval", None),
+                    at(4, "fresh", 10),
+                ],
+            }
+        ],
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        ["promtool", "test", "rules", "suite.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
