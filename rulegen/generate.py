@@ -2,7 +2,8 @@
 
 The Helm chart consumes them: its PrometheusRule template embeds the ``groups`` of the default
 rule file (one per rule engine, ``monitoring.engine``), ``crds/`` holds the CRD, and the default
-DetectionRuleConfig object is installed as is. tests/test_generated.py fails when a checked-in copy differs from a fresh render.
+DetectionRuleConfig object is installed as is. tests/test_generated.py fails when a checked-in
+copy differs from a fresh render.
 """
 
 from __future__ import annotations

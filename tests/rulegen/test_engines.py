@@ -451,7 +451,8 @@ def engines(tmp_path_factory, fleet_target) -> Iterator[Engines]:
     tmp_path = tmp_path_factory.mktemp("engines")
     config = load_config(ENGINE_CONFIG)
     # Each engine evaluates its own render: Prometheus reads the series recorded earlier in the
-    # same evaluation over half an interval, vmalert (reading back through VictoriaMetrics) does not.
+    # same evaluation over half an interval, vmalert (reading back through VictoriaMetrics)
+    # does not.
     rules = tmp_path / "rules.yaml"
     rules.write_text(shortened_alerts(render_rules(config, generation=7), hold="2s"))
     vm_rules = tmp_path / "rules-victoriametrics.yaml"
