@@ -8,17 +8,19 @@ import yaml
 
 from rulegen.cli import build_parser as rulegen_parser
 from rulegen.model import DetectionRuleConfig
-from rulegen.render import render_rules
+from rulegen.render import Engine, render_rules
 from tests.chart.helm import merge, render, scenario_values
 
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics", None])
-def test_the_chart_installs_and_the_controller_applies_the_engines_render(engine):
+def test_the_chart_installs_and_the_controller_applies_the_engines_render(
+    engine: Engine | None,
+) -> None:
     values = scenario_values("full")
     if engine is not None:
         values = merge(values, {"monitoring": {"engine": engine}})
     rendered = render(values)
-    want = engine or "prometheus"  # the default: kube-prometheus-stack
+    want: Engine = engine or "prometheus"  # the default: kube-prometheus-stack
     groups = yaml.safe_load(render_rules(DetectionRuleConfig.default(), engine=want))["groups"]
     assert rendered.one("PrometheusRule")["spec"]["groups"] == groups
     assert ("[500ms]" in yaml.safe_dump(groups)) == (want == "prometheus")
