@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from bench.rules import GROUP
+from mco.flags import duration
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from rulegen.series import NODE_INFO, NODE_SET
@@ -96,7 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rules", nargs="*", type=Path, help="rule files (default: the default render)"
     )
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--seconds", type=int, default=120, help="history = evaluations")
+    parser.add_argument(
+        "--seconds", type=duration, default=duration("2m"),
+        help="history (one evaluation a second): 120, 2m, 5m",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs per file, alternating")
     args = parser.parse_args(argv)
     files: dict[str, str] = (
@@ -106,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="bench-rules-cpu-") as tmp:
         workdir = Path(tmp)
-        (workdir / "suite.yaml").write_text(yaml.safe_dump(suite(args.nodes, args.seconds)))
+        (workdir / "suite.yaml").write_text(yaml.safe_dump(suite(args.nodes, int(args.seconds))))
         empty: list[float] = []
         runs: dict[str, list[float]] = {name: [] for name in files}
         for _ in range(args.rounds):
@@ -118,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = 1000 / args.nodes / args.seconds * 1e3  # ms per evaluation at 1,000 nodes
     print(
         f"\npromtool CPU per evaluation of {GROUP}, scaled to 1,000 nodes ({args.nodes} nodes, "
-        f"{args.seconds} evaluations, {args.rounds} rounds; input load {floor:.2f} s subtracted):"
+        f"{int(args.seconds)} evaluations, {args.rounds} rounds; input load {floor:.2f} s subtracted):"
     )
     for name, values in runs.items():
         per = sorted((v - floor) * scale for v in values)
