@@ -29,6 +29,7 @@ answer concurrently, the merge and the write are over all N nodes).
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import json
@@ -180,7 +181,7 @@ def _once(urls: list[str], out: Path, nodes: int) -> float:
     return wall
 
 
-class _Shard:
+class _Shard(abc.ABC):
     """One shard's engine: the processes that scrape and evaluate its nodes, its PromQL URL,
     and its rule-evaluation figures."""
 
@@ -189,12 +190,13 @@ class _Shard:
         self.url = url
         self.query = query
 
+    @abc.abstractmethod
     def eval_seconds(self) -> float | None:
         """The duration of the latest evaluation of the rules group."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def missed(self) -> float:
-        raise NotImplementedError
+        """Evaluations missed so far."""
 
     def cpu(self) -> float:
         return sum(cpu_seconds(p.pid) for p in self.processes)
