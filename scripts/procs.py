@@ -344,7 +344,21 @@ class VictoriaMetrics(_PromQLServer):
         self.wait_http(f"{self.url}/health")
 
 
-class VMAgent(Managed):
+class _VMServer(Managed):
+    """A VictoriaMetrics tool serving on 127.0.0.1:``port``, ready once ``/health`` answers."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        super().start()
+        self.wait_http(f"{self.url}/health")
+
+
+class VMAgent(_VMServer):
     """A real vmagent scraping ``targets`` and remote-writing everything to each of
     ``remote_write_urls``; with ``members`` > 1, member ``member`` of a scraper cluster keeps
     only its share of the targets (``-promscrape.cluster.*``: each target goes to one member,
@@ -398,21 +412,13 @@ class VMAgent(Managed):
             log_path=workdir / "vmagent.log",
         )
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        super().start()
-        self.wait_http(f"{self.url}/health")
-
     def scraped(self) -> set[str]:
         """The addresses of the targets this member scrapes."""
         body = requests.get(f"{self.url}/api/v1/targets", timeout=10).json()
         return {t["discoveredLabels"]["__address__"] for t in body["data"]["activeTargets"]}
 
 
-class VMAlert(Managed):
+class VMAlert(_VMServer):
     """A real vmalert evaluating rule files against a PromQL datasource, writing results back."""
 
     def __init__(
@@ -449,14 +455,6 @@ class VMAlert(Managed):
             name="vmalert",
             log_path=workdir / "vmalert.log",
         )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        super().start()
-        self.wait_http(f"{self.url}/health")
 
     @staticmethod
     def check(
