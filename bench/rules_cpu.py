@@ -122,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale = 1000 / args.nodes / args.seconds * 1e3  # ms per evaluation at 1,000 nodes
     print(
         f"\npromtool CPU per evaluation of {GROUP}, scaled to 1,000 nodes ({args.nodes} nodes, "
-        f"{int(args.seconds)} evaluations, {args.rounds} rounds; input load {floor:.2f} s subtracted):"
+        f"{int(args.seconds)} evaluations, {args.rounds} rounds; "
+        f"input load {floor:.2f} s subtracted):"
     )
     for name, values in runs.items():
         per = sorted((v - floor) * scale for v in values)
