@@ -241,7 +241,12 @@ class Soak:
         self.stack = LocalStack(
             StackSettings(workdir=settings.out / "stack", ports=Ports(0, 0, 0, 0), node="soak-node")
         )
-        self.stack.prometheus.targets.append(ScrapeTarget("mco-fleet", f"127.0.0.1:{fleet_port}"))
+        prometheus = self.stack.prometheus
+        self.fleet_address = f"127.0.0.1:{fleet_port}"
+        prometheus.targets.append(ScrapeTarget("mco-fleet", self.fleet_address))
+        # Prometheus's own metrics (rule group durations, queries by handler, head chunks, GC)
+        # stay in the run's TSDB, to tell why its CPU moved if it did.
+        prometheus.targets.append(ScrapeTarget("prometheus", f"127.0.0.1:{prometheus.port}"))
         self.metrics_urls = {
             "mco-reporter": f"http://127.0.0.1:{self.stack.ports.reporter}/metrics",
             "mco-extender": f"{self.stack.extender_url}/metrics",
@@ -340,7 +345,7 @@ class Soak:
             "start", settings={k: str(v) if isinstance(v, Path) else v for k, v in vars(s).items()}
         )
         self.fleet.start()
-        self.fleet.wait_http(f"http://{self.stack.prometheus.targets[-1].address}/", timeout=60)
+        self.fleet.wait_http(f"http://{self.fleet_address}/", timeout=60)
         load: SchedulerLoad | None = None
         try:
             if self.kubeapi is not None:
