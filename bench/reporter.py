@@ -12,6 +12,10 @@ Measured per cycle: wall and CPU time of the reporter process, PromQL queries, b
 answer, bytes written to the API; and the JSON size of one object per layout. The PromQL client
 runs as mco-reporter does by default, with gzip answers (``--no-compression``: plain JSON, as
 ``--no-prometheus-compression``).
+With ``--history S`` every series also has one sample a second for S seconds before T0 (300:
+Prometheus' whole lookback, as rules at a 1 s interval leave it), and Prometheus' own evaluation
+time of the recorded query (``stats=all``) is measured in two forms: the plain selector (which
+looks back 5 minutes and decodes every sample there) and the plan's read over ``staleAfter``.
 Baselines from the same run: CPU against ``json.loads`` of the same answer, after gunzip when
 compression is on (the floor any Python reader pays), bytes against rewriting the whole report
 each cycle.
@@ -101,8 +105,10 @@ def _changed(values: dict[tuple[str, str, str], float]) -> dict[tuple[str, str, 
     return out
 
 
-def write_fleet(path: Path, nodes: int, t0: int, seed: int = 7) -> list[set[str]]:
-    """The OpenMetrics backfill; returns, per step, the nodes that changed."""
+def write_fleet(path: Path, nodes: int, t0: int, seed: int = 7, history: int = 0) -> list[set[str]]:
+    """The OpenMetrics backfill; returns, per step, the nodes that changed. ``history``: seconds
+    of one-a-second samples of every series before T0 (as rules at a 1 s interval leave them),
+    so an engine's lookback has something to read."""
     rng = random.Random(seed)
     state = {_node(i): _values(rng) for i in range(nodes)}
     steps = CHANGE_STEPS + QUIET_STEPS
@@ -130,17 +136,24 @@ def write_fleet(path: Path, nodes: int, t0: int, seed: int = 7) -> list[set[str]
                 key = (series.MEMORY_PRESSURE_FALLBACK, "", "")
                 put(node, key, t, state[node][key])
         changed_per_step.append(changed)
-    by_metric: dict[str, list[str]] = {}
+    by_metric: dict[str, list[tuple[str, list[tuple[int, float]]]]] = {}
     for (metric, lname, lvalue, node), points in samples.items():
         labels = f'node="{node}"' + (f',{lname}="{lvalue}"' if lname else "")
-        lines = by_metric.setdefault(metric, [])
-        lines.extend(f"{metric}{{{labels}}} {v!r} {t}" for t, v in points)
+        by_metric.setdefault(metric, []).append((f"{metric}{{{labels}}}", points))
     config_hash = DetectionRuleConfig.default().config_hash()
     with path.open("w") as f:
-        for metric, lines in by_metric.items():
+        for metric, all_series in by_metric.items():
             f.write(f"# TYPE {metric} gauge\n")
-            f.write("\n".join(lines))
-            f.write("\n")
+            for name, points in all_series:
+                if history:  # the value of T0, jittered (a constant compresses unlike data)
+                    v0 = points[0][1]
+                    f.write(
+                        "".join(
+                            f"{name} {round(v0 + rng.random() * 1e-3, 6)!r} {t}\n"
+                            for t in range(t0 - history, t0)
+                        )
+                    )
+                f.write("".join(f"{name} {v!r} {t}\n" for t, v in points))
         f.write(f"# TYPE {series.RULE_CONFIG_INFO} gauge\n")
         for step in range(steps + 1):
             f.write(
@@ -241,6 +254,11 @@ class FleetResult:
     per_node_bytes: int
     largest_written: int
     full_rewrite_bytes: int  # the whole report, what a naive writer sends every cycle
+    history: int = 0  # seconds of 1 s samples before T0
+    # Prometheus' own evaluation time of the recorded query (stats=all evalTotalTime, median):
+    # the plain selector (the engine's 5-minute lookback) and the plan's windowed read.
+    engine_plain: float = 0.0
+    engine_windowed: float = 0.0
 
 
 async def _run_cycles(
@@ -322,11 +340,27 @@ def _floor_cpu(prom: Prometheus, at: float, compression: bool) -> float:
     return best
 
 
-def backfill(nodes: int, workdir: Path) -> tuple[Prometheus, int, list[set[str]]]:
+def engine_seconds(prom: Prometheus, expr: str, at: float, rounds: int = 7) -> float:
+    """Prometheus' evaluation time of ``expr`` at ``at`` (``stats=all``: evalTotalTime, which
+    leaves out the HTTP and the JSON), median of ``rounds`` after one warm-up."""
+    import requests
+
+    times = []
+    for _ in range(rounds + 1):
+        body = requests.post(
+            f"{prom.url}/api/v1/query",
+            data={"query": expr, "time": at, "stats": "all"},
+            timeout=60,
+        ).json()
+        times.append(float(body["data"]["stats"]["timings"]["evalTotalTime"]))
+    return statistics.median(times[1:])
+
+
+def backfill(nodes: int, workdir: Path, history: int = 0) -> tuple[Prometheus, int, list[set[str]]]:
     """A Prometheus (not started) holding the synthetic fleet; T0; the nodes changed per step."""
     t0 = (int(time.time()) // 3600 - 3) * 3600  # three hours ago, aligned
     om = workdir / "fleet.om"
-    changed = write_fleet(om, nodes, t0)
+    changed = write_fleet(om, nodes, t0, history=history)
     data = workdir / "prom" / "data"
     data.mkdir(parents=True)
     subprocess.run(
@@ -343,8 +377,8 @@ def backfill(nodes: int, workdir: Path) -> tuple[Prometheus, int, list[set[str]]
     return prom, t0, changed
 
 
-def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResult:
-    prom, t0, _changed = backfill(nodes, workdir)
+def run_fleet(nodes: int, workdir: Path, compression: bool = True, history: int = 0) -> FleetResult:
+    prom, t0, _changed = backfill(nodes, workdir, history)
     steps = CHANGE_STEPS + QUIET_STEPS
     port = free_port()
     ctx = multiprocessing.get_context("spawn")
@@ -363,6 +397,9 @@ def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResul
             _run_cycles(prom.url, f"http://127.0.0.1:{port}", t0, steps, compression)
         )
         floor = _floor_cpu(prom, t0 + steps, compression)
+        plan = reporter.plan
+        plain = engine_seconds(prom, plan.recorded_selector, t0 + steps)
+        windowed = engine_seconds(prom, plan.recorded_expr, t0 + steps)
     finally:
         prom.stop()
         api_proc.terminate()
@@ -382,6 +419,9 @@ def run_fleet(nodes: int, workdir: Path, compression: bool = True) -> FleetResul
         per_node_bytes=max(len(enc(o)) for o in per_node[1:]) if len(per_node) > 1 else 0,
         largest_written=largest,
         full_rewrite_bytes=len(enc(cluster)),
+        history=history,
+        engine_plain=plain,
+        engine_windowed=windowed,
     )
 
 
@@ -395,6 +435,13 @@ def main(argv: list[str]) -> int:
         default=True,
         help="gzip PromQL answers, mco-reporter's default (--no-compression: plain JSON)",
     )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="seconds of one-a-second samples of every series before T0 (300: Prometheus' "
+        "whole lookback, as rules at a 1 s interval leave it; 0: none, the fastest backfill)",
+    )
     args = parser.parse_args(argv)
     sizes = args.nodes or ([200, 1000] if args.quick else [1000, 5000, 10000])
     if shutil.which("promtool") is None or shutil.which("prometheus") is None:
@@ -407,7 +454,7 @@ def main(argv: list[str]) -> int:
             workdir = Path(tmp) / str(n)
             workdir.mkdir()
             t = time.perf_counter()
-            results.append(run_fleet(n, workdir, args.compression))
+            results.append(run_fleet(n, workdir, args.compression, args.history))
             print(f"  fleet of {n} nodes measured in {time.perf_counter() - t:.0f}s", flush=True)
     failures = report(results)
     for f in failures:
@@ -465,6 +512,17 @@ def report(results: list[FleetResult]) -> list[str]:
             f"| {r.nodes:,} | {r.cluster_bytes / 1024:.0f} KiB "
             f"| {r.cluster_compact_bytes / 1024:.0f} KiB "
             f"| {r.per_node_bytes} B | {r.largest_written / 1024:.0f} KiB |"
+        )
+    print(
+        "\n| nodes | history | recorded query, Prometheus eval: plain selector | windowed "
+        "(last_over_time over staleAfter) | plain / windowed |"
+    )
+    print("|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r.nodes:,} | {r.history} s | {r.engine_plain * 1000:.1f} ms "
+            f"| {r.engine_windowed * 1000:.1f} ms "
+            f"| {r.engine_plain / max(r.engine_windowed, 1e-9):.2f} |"
         )
     sizes = sorted(per_changed)
     if len(sizes) > 1:

@@ -88,7 +88,8 @@ class Reporter:
         if not self.sources:
             raise ValueError("a reporter needs at least one PromQL source")
         self.rules = rules
-        self.plan = plan
+        # The recorded query reads staleAfter of history (query.window): it follows the config.
+        self.plan = plan.windowed(rules.config.report.stale_after)
         self.epsilon = epsilon
         self.metrics = metrics
         self.sink = sink
@@ -146,6 +147,7 @@ class Reporter:
         if cfg != self._config:
             self._config = cfg
             self._culprits = self._culprits_query(cfg)
+            self.plan = self.plan.windowed(cfg.report.stale_after)
             self.tracker.with_builder(
                 EntryBuilder(self.plan, cfg, self.epsilon),
                 float(cfg.report.stale_after),

@@ -3,11 +3,18 @@
 Three instant queries per cycle, whatever the number of nodes, all at the same evaluation time
 (so they see one consistent state) and sent together:
 
-1. ``{__name__=~"<the recorded series the report needs>"}``: every node's signals, detections,
-   level, score, hard constraints and fallback flag. A plain selector is the cheapest thing an
-   engine can answer (measured in bench/reporter.py: 4-5x less engine time than tagging each
-   series with ``label_replace`` and joining with ``or``), and the parse decodes metric names
-   and label values from a closed set, so they cost no allocation.
+1. ``last_over_time({__name__=~"<the recorded series the report needs>"}[<W>s])``: every
+   node's signals, detections, level, score, hard constraints and fallback flag, read over a
+   window ``W`` of ``staleAfter`` rounded up plus one second (``window``), never more: the
+   tracker treats a node whose newest sample is older than ``staleAfter`` as absent, so no
+   older value is ever used. A plain selector would make the engine look back its whole lookback
+   (5 minutes in Prometheus) and decode every sample in it to find the newest, ~300 per series
+   at a 1 s interval (bench/reporter.py measures both). ``last_over_time`` keeps the metric name
+   in Prometheus (2.x and 3.x, and so Thanos and Mimir) and VictoriaMetrics, so the answer is
+   the plain selector's, and the parse decodes metric names and label values from a closed
+   set, so they cost no allocation. A series that ended (a staleness marker) keeps its last
+   value in the window, so a node is reported only where the second query has its sample time
+   (``parse``), which is read plainly and ends with the series.
 2. Each node's sample time and Kata readiness, tagged with a ``k`` label. The sample time is
    ``timestamp()`` of the node's recorded series: an instant query stamps every result with the
    evaluation time, which says nothing about the data's age.
@@ -23,6 +30,7 @@ NaN and ±Inf arrive as such and become absent values (named in the entry's ``mi
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import re
 from collections.abc import Sequence
@@ -37,12 +45,22 @@ from reporter.fields import FIELDS, Kind, Per, Query, Tolerance
 from reporter.promql import BAD_ANSWER, PromQLClient, SourceError
 from rulegen import series
 from rulegen.catalog import CATALOG, Catalog
+from rulegen.model import DetectionRuleConfig
 
 SLOT_LABEL: Final = "k"
 TIME_TAG: Final = "t"
 KATA_TAG: Final = "kata"
 MISSING: Final = math.inf  # an absent value in a vector (see entries.py)
 _NAME: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+DEFAULT_STALE_AFTER: Final = float(DetectionRuleConfig.default().report.stale_after)
+
+
+def window(stale_after: float) -> int:
+    """Seconds of history the recorded query reads: every sample the tracker still uses (not
+    older than ``stale_after``), rounded up, and one second more for engines whose ranges are
+    open on the left (Prometheus 3, VictoriaMetrics), where a sample exactly ``stale_after``
+    old would otherwise fall out."""
+    return math.ceil(stale_after) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +85,16 @@ class Slot:
 
 class Plan:
     """Which slots a report needs (``compact`` drops the signal snapshot) and the query text,
-    derived from the report fields and the detection catalog."""
+    derived from the report fields and the detection catalog; the recorded query reads
+    ``window(stale_after)`` seconds (``windowed`` follows a new DetectionRuleConfig)."""
 
-    def __init__(self, *, compact: bool, catalog: Catalog = CATALOG) -> None:
+    def __init__(
+        self,
+        *,
+        compact: bool,
+        catalog: Catalog = CATALOG,
+        stale_after: float = DEFAULT_STALE_AFTER,
+    ) -> None:
         self.compact = compact
         self.catalog = catalog
         # The recorded series (by catalog key) that each hard constraint compares with its limit.
@@ -117,8 +142,23 @@ class Plan:
                 self.simple[s.series] = i
         self.names = frozenset(s.series for s in slots if s.query is Query.RECORDED)
         self.label_values = frozenset(s.key for s in slots if s.labelled)
-        self.recorded_expr, self.extra_expr, self.info_expr = self._exprs()
+        self.window = window(stale_after)
+        self.recorded_selector, self.extra_expr, self.info_expr = self._exprs()
+        self.recorded_expr = self._recorded()
         self.exprs = (self.recorded_expr, self.extra_expr, self.info_expr)
+
+    def windowed(self, stale_after: float) -> Plan:
+        """This plan with the recorded query's window for ``stale_after`` (self if the same)."""
+        if window(stale_after) == self.window:
+            return self
+        plan = copy.copy(self)
+        plan.window = window(stale_after)
+        plan.recorded_expr = plan._recorded()
+        plan.exprs = (plan.recorded_expr, plan.extra_expr, plan.info_expr)
+        return plan
+
+    def _recorded(self) -> str:
+        return f"last_over_time({self.recorded_selector}[{self.window}s])"
 
     def _exprs(self) -> tuple[str, str, str]:
         names = sorted(self.names)
@@ -269,8 +309,8 @@ def parse(
     at: float,
     size: int = 0,
 ) -> Snapshot:
-    """Group the answers by node. The first loop runs once per sample (nodes x series), so it
-    is kept to dict lookups and a list store."""
+    """Group the answers by node; a node without a sample time is left out. The first loop runs
+    once per sample (nodes x series), so it is kept to dict lookups and a list store."""
     simple = plan.simple
     labelled = plan.labelled
     template = [MISSING] * len(plan.slots)
@@ -307,6 +347,11 @@ def parse(
             v[time_slot] = x
         elif t.metric.k == KATA_TAG and x == x:
             v[kata_slot] = x
+    # The recorded query is windowed, so a node whose series ended (staleness markers: its
+    # exporter is gone) keeps its last values there for up to the window; the sample time is
+    # read plainly and ends with them. Without one the node is absent, as it always was.
+    for node in [node for node, v in vectors.items() if v[time_slot] == MISSING]:
+        del vectors[node]
     rules = [RuleInfo(_int_or_none(i.metric.generation), i.metric.hash) for i in info]
     return Snapshot(at, vectors, rules, size, culprit_lists.parse(pods, values))
 
@@ -319,6 +364,7 @@ def _int_or_none(text: str) -> int | None:
 
 
 __all__ = [
+    "DEFAULT_STALE_AFTER",
     "KATA_TAG",
     "MISSING",
     "SLOT_LABEL",
@@ -339,4 +385,5 @@ __all__ = [
     "TaggedSample",
     "fetch",
     "parse",
+    "window",
 ]

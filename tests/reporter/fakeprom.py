@@ -21,6 +21,7 @@ class FakeProm:
     down: bool = False
     queries: int = 0
     url: str = ""
+    recorded_query: str = ""  # the last recorded query asked (its window follows staleAfter)
 
     async def handle(self, request: web.Request) -> web.Response:
         if self.down:
@@ -34,10 +35,14 @@ class FakeProm:
         recorded, extra, info = answers(plan, self.nodes, {n: at - 0.5 for n in self.nodes})
         if query == plan.info_expr:
             return web.json_response(ok(info))
-        if query.startswith("{__name__"):
-            compact = Plan(compact=True)
-            if query == compact.recorded_expr:
-                recorded, _, _ = answers(compact, _only(compact, self.nodes), {})
+        # The recorded query, over whatever window the reporter's staleAfter gives it.
+        compact = Plan(compact=True)
+        if plan.recorded_selector in query or compact.recorded_selector in query:
+            self.recorded_query = query
+        if compact.recorded_selector in query:
+            recorded, _, _ = answers(compact, _only(compact, self.nodes), {})
+            return web.json_response(ok(recorded))
+        if plan.recorded_selector in query:
             return web.json_response(ok(recorded))
         return web.json_response(ok(extra))
 

@@ -10,6 +10,7 @@ import pytest
 
 from reporter.promql import Answer, SourceError
 from reporter.query import (
+    DEFAULT_STALE_AFTER,
     MISSING,
     InfoSample,
     Kind,
@@ -18,6 +19,7 @@ from reporter.query import (
     RecordedSample,
     TaggedSample,
     parse,
+    window,
 )
 from rulegen import series
 from tests.reporter.helpers import T0, answers, decode, ok, quiet_values, slot_of
@@ -37,11 +39,30 @@ def test_three_queries_cover_every_value_the_report_needs() -> None:
         series.HARD_CONSTRAINT_VIOLATED,
     ):
         assert name in plan.recorded_expr
-    assert plan.recorded_expr.startswith('{__name__=~"') and plan.recorded_expr.endswith('"}')
+    # Read over staleAfter (the default config's 30s), rounded up, plus a second: not the
+    # engine's whole lookback.
+    assert plan.recorded_expr == f"last_over_time({plan.recorded_selector}[31s])"
+    assert plan.recorded_selector.startswith('{__name__=~"')
+    assert plan.recorded_selector.endswith('"}')
     assert series.KATA_READY in plan.extra_expr and "timestamp(" in plan.extra_expr
     assert plan.info_expr == series.RULE_CONFIG_INFO
     # The signal-index series are not fetched: nothing in the report uses them.
     assert series.SIGNAL_INDEX not in " ".join(plan.exprs)
+
+
+def test_the_recorded_window_follows_stale_after_and_nothing_else() -> None:
+    plan = Plan(compact=False)
+    assert plan.window == window(DEFAULT_STALE_AFTER) == 31
+    assert plan.windowed(DEFAULT_STALE_AFTER) is plan
+    longer = plan.windowed(90.5)
+    assert longer.window == window(90.5) == 92  # rounded up, one second more
+    assert longer.recorded_expr == f"last_over_time({plan.recorded_selector}[92s])"
+    assert longer.exprs == (longer.recorded_expr, plan.extra_expr, plan.info_expr)
+    assert longer.slots is plan.slots and longer.simple is plan.simple
+    assert plan.recorded_expr.endswith("[31s])")  # the original is left as it was
+    assert Plan(compact=True, stale_after=90.5).recorded_expr == (
+        Plan(compact=True).windowed(90.5).recorded_expr
+    )
 
 
 def test_compact_plan_fetches_only_the_signals_hard_constraints_need() -> None:
@@ -82,6 +103,34 @@ def test_parse_groups_values_by_node() -> None:
     assert sorted((r.generation, r.hash) for r in snap.rules) == [(3, "abc"), (4, "def")]
 
 
+def test_a_node_whose_values_have_no_sample_time_is_absent() -> None:
+    """The windowed recorded query still holds a node whose series ended within the window
+    (staleness markers); the plainly read sample time does not, and the node is left out as
+    the plain selector left it."""
+    plan = Plan(compact=False)
+    recorded, extra, info = answers(
+        plan, {"gone": quiet_values(plan), "here": quiet_values(plan)}, {"here": T0 - 1}
+    )
+    snap = parse(
+        plan,
+        decode(recorded, RecordedSample),
+        decode(extra, TaggedSample),
+        decode(info, InfoSample),
+        T0,
+    )
+    assert set(snap.vectors) == {"here"}
+    # An unusable time (NaN) is kept: the tracker names that fault.
+    recorded, extra, info = answers(plan, {"odd": quiet_values(plan)}, {"odd": math.nan})
+    snap = parse(
+        plan,
+        decode(recorded, RecordedSample),
+        decode(extra, TaggedSample),
+        decode(info, InfoSample),
+        T0,
+    )
+    assert math.isnan(snap.vectors["odd"][plan.time_slot])
+
+
 def test_nan_and_infinities_are_read() -> None:
     plan = Plan(compact=False)
     values = {
@@ -115,7 +164,8 @@ def test_strict_decoding_refuses_unknown_names_and_the_loose_one_skips_them() ->
     ]
     with pytest.raises(msgspec.ValidationError):
         decode(result, RecordedSample)
-    snap = parse(plan, decode(result, LooseSample), [], [], T0)
+    time = decode([{"metric": {"k": "t", "node": "a"}, "value": [T0, str(T0)]}], TaggedSample)
+    snap = parse(plan, decode(result, LooseSample), time, [], T0)
     assert snap.vectors["a"][slot_of(plan, Kind.LEVEL)] == 0.25
 
 

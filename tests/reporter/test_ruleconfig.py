@@ -21,7 +21,7 @@ from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.promql import PromQLClient, SourceConfig
-from reporter.query import Kind, Plan
+from reporter.query import Kind, Plan, window
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.model import API_GROUP, API_VERSION, PLURAL, DetectionRuleConfig
 from tests.reporter.fakeprom import fake_prometheus
@@ -216,6 +216,12 @@ async def test_status_config_follows_the_accepted_rule_config_and_never_a_reject
         try:
             await eventually(lambda: config().get("generation") == 1, "the first config")
             assert config()["staleAfter"] == "40s" and config()["neutralScore"] == 50
+            # The recorded query's window follows staleAfter (30s by default: [31s]).
+            assert reporter.plan.window == window(40) == 41
+            await eventually(
+                lambda: prom.recorded_query == reporter.plan.recorded_expr, "a [41s] read"
+            )
+            assert prom.recorded_query.endswith("[41s])")
             names = [p["name"] for p in config()["policies"]]
             assert names == ["latency-sensitive", "batch", "best-effort", "default"]
             await eventually(watching(kapi), "the watch")
