@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from reporter import query
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
@@ -156,7 +157,7 @@ def _plain(plan: Plan) -> Plan:
 async def _walk(url: str, end: int, tmp_path: Path, compare: bool) -> None:
     async with PromQLClient(SourceConfig(url)) as client:
         windowed = _reporter(client, tmp_path / "windowed.json", Plan(compact=False))
-        assert windowed.plan.recorded_expr.endswith(f"[{int(STALE_AFTER) + 1}s])")
+        assert windowed.plan.recorded_expr.endswith(f"[{query.window(STALE_AFTER)}s])")
         plain = _reporter(client, tmp_path / "plain.json", _plain(Plan(compact=False)))
         # Assume the plain reporter is not windowed again: same config, same plan object.
         assert plain.plan.recorded_expr == plain.plan.recorded_selector
