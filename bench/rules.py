@@ -9,7 +9,9 @@ issue 17).
 Measured, per fleet size:
 - wall clock: ``prometheus_rule_group_last_duration_seconds`` of ``mco.rules``, read once a
   second after a warm-up (the issue's measure), and per rule ``evaluationTime`` from
-  ``/api/v1/rules`` (where the time goes);
+  ``/api/v1/rules`` (where the time goes). The warm-up (``--warmup``, default 5m30s) covers
+  Prometheus' 5-minute lookback and one window: an instant read walks the whole lookback, so
+  a Prometheus that started a minute ago evaluates faster than one that runs for good;
 - CPU: Prometheus' CPU seconds (``/proc/PID/stat``) per second with the rules loaded, then
   again after a reload without them (scraping and ingestion alone); the difference per
   evaluation is what the rules cost, whatever else runs on the machine. The fleet's and the
@@ -71,6 +73,10 @@ FLOOR_GROUP = "bench.floor"
 # A raw exporter metric in a rule expression (recorded names have a colon before ``mco_``).
 RAW_NAME = re.compile(r"(?<![\w:])mco_[a-z0-9_]+")
 RULES_POLL_SECONDS = 5  # /api/v1/rules is heavier than /metrics: poll it less often
+# Prometheus' instant-selector lookback (its --query.lookback-delta default) plus one window
+# (10s) and some slack: from then on every read walks as much history as it ever will.
+LOOKBACK_SECONDS = 300
+DEFAULT_WARMUP_SECONDS = LOOKBACK_SECONDS + 30
 
 
 def raw_selector(rules_text: str) -> str:
@@ -245,7 +251,10 @@ def measure(
     workdir: Path,
     rules_text: str,
     latency_buckets: str = DEFAULT_BUCKETS,
+    warmup: float = DEFAULT_WARMUP_SECONDS,
 ) -> Result:
+    """Measure at ``nodes`` nodes, sampling ``seconds`` once Prometheus has scraped the fleet
+    for ``warmup`` seconds (at least one window)."""
     config = DetectionRuleConfig.default()
     rules = workdir / "rules.yaml"
     rules.write_text(rules_text)
@@ -278,6 +287,7 @@ def measure(
     with running(fleet):
         fleet.wait_http(f"http://127.0.0.1:{port}/metrics", timeout=60)
         with running(prom):
+            started = time.monotonic()
             wait_until(
                 lambda: prom.value(f"count({INTERFERENCE_LEVEL})") == nodes,
                 timeout=180,
@@ -285,6 +295,7 @@ def measure(
                 what=f"levels for {nodes} nodes",
             )
             time.sleep(config.window)  # full windows everywhere
+            time.sleep(max(0.0, started + warmup - time.monotonic()))  # the steady state
             missed_before = _self_metrics(prom, "prometheus_rule_group_iterations_missed_total")
             scrape = prom.value('scrape_duration_seconds{job="mco-fleet"}')
             with_rules = _sample(prom, fleet, seconds, [GROUP, BASELINE_GROUP])
@@ -348,6 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure this rule file (it must hold a group named mco.rules) instead of the "
         "default render, e.g. an older version for an A/B comparison",
     )
+    parser.add_argument(
+        "--warmup",
+        type=duration,
+        help="sample once Prometheus has scraped the fleet this long (default 5m30s: the "
+        "5-minute lookback of instant reads plus a window, the steady state; with --quick, "
+        "one window)",
+    )
     parser.add_argument("--top", type=int, default=15, help="rules shown in the breakdown")
     parser.add_argument(
         "--latency-buckets",
@@ -357,6 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     seconds = 15 if args.quick else max(1, round(args.seconds))
+    if args.warmup is not None:
+        warmup = args.warmup
+    else:
+        warmup = 0.0 if args.quick else DEFAULT_WARMUP_SECONDS
     sizes = [int(n) for n in args.nodes.split(",")]
     rules_text = (
         args.rules.read_text() if args.rules else render_rules(DetectionRuleConfig.default())
@@ -364,8 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bench-rules-{n}-") as tmp:
-            print(f"measuring {n} nodes for {seconds}s ...", flush=True)
-            results.append(measure(n, seconds, Path(tmp), rules_text, args.latency_buckets))
+            print(f"measuring {n} nodes for {seconds}s after {warmup:g}s ...", flush=True)
+            results.append(measure(n, seconds, Path(tmp), rules_text, args.latency_buckets, warmup))
     print(
         f"\nwall clock (prometheus_rule_group_last_duration_seconds):\n"
         f"{'nodes':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'baseline ms':>12} "
