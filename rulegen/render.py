@@ -9,7 +9,7 @@ embed the very same ``groups`` text.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Final, Literal
 
@@ -203,34 +203,73 @@ def fresh_reads(groups: str, evaluation_interval: int) -> str:
     instant read would return its last value up to 5 minutes old; this read returns none
     (no data, as for a missing signal).
     """
+    window = f"{fresh_window_ms(evaluation_interval)}ms"
+
+    def rewrite(body: list[str]) -> list[str]:
+        # Only series whose every rule came earlier: a read of its own or a later rule's
+        # series is of an earlier evaluation, and keeps the lookback.
+        records = [
+            (i, line.lstrip().removeprefix("- record: ").strip())
+            for i, line in enumerate(body)
+            if line.lstrip().startswith("- record: ")
+        ]
+        last = {name: i for i, name in records}
+        out: list[str] = []
+        written: list[str] = []
+        for i, line in enumerate(body):
+            stripped = line.lstrip()
+            if stripped.startswith("- record: "):
+                written = [name for name, j in last.items() if j < i]
+                out.append(line)
+            elif stripped.startswith("#") or not written:
+                out.append(line)
+            else:
+                out.append(_fresh_line(line, written, window))
+        return out
+
+    return _in_model_group(groups, rewrite)
+
+
+# An instant read of a raw exporter series (recorded names have a colon before ``mco_``), with
+# or without label matchers: not followed by a range.
+_RAW_INSTANT: Final = re.compile(r"(?<![\w:])(mco_[a-z0-9_]+)(\{[^{}]*\})?(?![\w:{]|\s*\[)")
+
+
+def windowed_raw_reads(groups: str, window: str) -> str:
+    """Prometheus only: the model group's instant reads of raw exporter series (gauges: the
+    node set's ``mco_node_info``, ``mco_cpu_online``, ``mco_pressure_available``, the
+    histogram's count, the pods' limits) become ``last_over_time(x[window])``, the rules'
+    window; each decodes the newest chunk instead of the 5-minute lookback.
+
+    While the series is scraped the value is the same: the newest sample, which a window of
+    at least one scrape interval always holds (the window is 4 or more). Where the series
+    stops (its target fails or the exporter drops it: a stale marker), the read keeps the last
+    value for at most the window, as the rates over the same window keep theirs (range
+    selectors skip stale markers), where the instant read dropped it at once; so a node's
+    series all go about one window after its exporter. Where scrapes stop without a stale
+    marker (Prometheus restarting), it drops it after the window, not 5 minutes.
+    """
+
+    def rewrite(body: list[str]) -> list[str]:
+        return [
+            line
+            if line.lstrip().startswith(("#", "- record: "))
+            else _RAW_INSTANT.sub(lambda m: f"last_over_time({m[1]}{m[2] or ''}[{window}])", line)
+            for line in body
+        ]
+
+    return _in_model_group(groups, rewrite)
+
+
+def _in_model_group(groups: str, rewrite: Callable[[list[str]], list[str]]) -> str:
+    """``groups`` with the lines of the model group's rules passed through ``rewrite``."""
     lines = groups.splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {MODEL_GROUP}")
     end = next(
         (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
         len(lines),
     )
-    window = f"{fresh_window_ms(evaluation_interval)}ms"
-    # Only series whose every rule came earlier: a read of its own or a later rule's series
-    # is of an earlier evaluation, and keeps the lookback.
-    body = lines[start:end]
-    records = [
-        (i, line.lstrip().removeprefix("- record: ").strip())
-        for i, line in enumerate(body)
-        if line.lstrip().startswith("- record: ")
-    ]
-    last = {name: i for i, name in records}
-    out: list[str] = []
-    written: list[str] = []
-    for i, line in enumerate(body):
-        stripped = line.lstrip()
-        if stripped.startswith("- record: "):
-            written = [name for name, j in last.items() if j < i]
-            out.append(line)
-        elif stripped.startswith("#") or not written:
-            out.append(line)
-        else:
-            out.append(_fresh_line(line, written, window))
-    return "".join(lines[:start] + out + lines[end:])
+    return "".join(lines[:start] + rewrite(lines[start:end]) + lines[end:])
 
 
 def _fresh_line(line: str, names: list[str], window: str) -> str:
@@ -252,6 +291,7 @@ def _groups(
     text = _environment().get_template("groups.yaml.j2").render(context)
     if engine == "prometheus":
         text = fresh_reads(text, config.evaluation_interval)
+        text = windowed_raw_reads(text, context["w"])
     return text.rstrip("\n") + "\n", context
 
 
