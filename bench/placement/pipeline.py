@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,11 @@ def config_spec(
     hysteresis: bool,
     avoid_per_pod: float | None = None,
     triggered_level: float | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The shipped config, with reservation and hysteresis switched off where asked. Without
-    reservation, the pod watch does not run either, so ``avoidPolicies`` is off as well."""
+    reservation, the pod watch does not run either, so ``avoidPolicies`` is off as well.
+    ``overrides``: policy name -> fields set on that policy last (a tuning run's ``--set``)."""
     spec = default_spec()
     if not reservation:
         for policy in spec["policies"]:
@@ -65,6 +68,16 @@ def config_spec(
         for policy in spec["policies"]:
             if policy.get("triggeredLevel"):
                 policy["triggeredLevel"] = triggered_level
+    by_name = {policy["name"]: policy for policy in spec["policies"]}
+    for name, fields in (overrides or {}).items():
+        if name not in by_name:
+            raise ValueError(
+                f"--set: no shipped policy is named {name!r} (known: {sorted(by_name)})"
+            )
+        for key, value in fields.items():
+            if key == "name" or key not in by_name[name]:
+                raise ValueError(f"--set: policy field {key!r} is not one the spec writes")
+            by_name[name][key] = value
     hard = spec["hardConstraints"]
     if "holdFor" in hard and not hysteresis:
         # The shortest hold there is: one evaluation, i.e. the raw comparison.

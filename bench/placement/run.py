@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from bench.placement import kubeapi
 from bench.placement.causes import Causes
@@ -276,6 +277,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                     hysteresis=name == "full",
                     avoid_per_pod=args.avoid_per_pod,
                     triggered_level=args.triggered_level,
+                    overrides=args.overrides if name == "full" else None,
                 ),
                 f"127.0.0.1:{port}",
                 f"/{name}",
@@ -384,9 +386,23 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="triggeredLevel of the policies that have one, in both MCO sets (default: shipped)",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="POLICY.FIELD=VALUE",
+        type=override,
+        action="append",
+        default=[],
+        help="set a field of a shipped policy in mco-full, e.g. batch.triggeredLevel=0.3 "
+        "(repeatable; the value is read as YAML; for tuning)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep logs and configs here")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
+    overrides: dict[str, dict[str, Any]] = {}
+    for policy, key, value in args.overrides:
+        overrides.setdefault(policy, {})[key] = value
+    args.overrides = overrides
     args.nodes = args.nodes or (20 if args.quick else 200)
     args.duration = args.duration or (150.0 if args.quick else 600.0)
     args.burst_every = args.burst_every or (40.0 if args.quick else 60.0)
@@ -417,6 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"placement: exposure mco/default = {ratio:.2f}, herding max/even = {herding:.2f}")
     return 0 if ratio <= EXPOSURE_TARGET and herding <= HERDING_TARGET else 1
+
+
+def override(text: str) -> tuple[str, str, Any]:
+    """``POLICY.FIELD=VALUE`` of ``--set``: the policy, the field and the value (YAML)."""
+    target, sep, value = text.partition("=")
+    policy, dot, key = target.partition(".")
+    if not (sep and dot and policy and key):
+        raise argparse.ArgumentTypeError(f"expected POLICY.FIELD=VALUE, got {text!r}")
+    return policy, key, yaml.safe_load(value)
 
 
 def figures(rows: list[dict[str, Any]]) -> tuple[float, float]:

@@ -11,7 +11,9 @@ import yaml
 from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand, signals
-from bench.placement.run import figures
+from bench.placement.pipeline import config_spec
+from bench.placement.run import figures, main
+from rulegen.model import from_spec
 from bench.placement.trace import PodSpec, TraceShape, generate
 
 
@@ -125,3 +127,24 @@ def test_figures_are_the_full_mco_run_against_the_default() -> None:
     assert figures(quiet)[0] == float("inf")
     quiet[1] = {**quiet[1], "exposure": 0.0}
     assert figures(quiet)[0] == 1.0
+
+
+def test_set_overrides_a_shipped_policy_in_the_full_set_only() -> None:
+    fields = {"batch": {"triggeredLevel": 0.3, "reservationPerPod": 0.2}}
+    full = config_spec(reservation=True, hysteresis=True, overrides=fields)
+    batch = next(p for p in full["policies"] if p["name"] == "batch")
+    assert (batch["triggeredLevel"], batch["reservationPerPod"]) == (0.3, 0.2)
+    assert from_spec(full).to_spec()["policies"] == full["policies"]  # a valid config
+    shipped = config_spec(reservation=True, hysteresis=True)
+    assert [p for p in full["policies"] if p["name"] != "batch"] == [
+        p for p in shipped["policies"] if p["name"] != "batch"
+    ]
+    with pytest.raises(ValueError, match="no shipped policy"):
+        config_spec(reservation=True, hysteresis=True, overrides={"nope": {"maxLevel": 0.1}})
+    with pytest.raises(ValueError, match="not one the spec writes"):
+        config_spec(reservation=True, hysteresis=True, overrides={"batch": {"maxLvl": 0.1}})
+
+
+def test_set_flag_must_name_policy_and_field() -> None:
+    with pytest.raises(SystemExit):
+        main(["--set", "batch=0.3"])
