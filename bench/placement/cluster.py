@@ -20,6 +20,7 @@ class Node:
     memory: float = 0.0
     placed: dict[str, PodSpec] = field(default_factory=dict)  # bound, maybe not started
     running: dict[str, PodSpec] = field(default_factory=dict)  # started: part of the load
+    generation: int = 0  # moves whenever a pod is placed, starts or ends here
 
     def fits(self, pod: PodSpec) -> bool:
         return (
@@ -60,12 +61,15 @@ class Cluster:
         n.cpu += pod.demand.cpu
         n.memory += pod.demand.memory
         n.placed[pod.name] = pod
+        n.generation += 1
         placement = Placement(pod, node, now, now + startup, now + startup + pod.lifetime)
         self.placements[pod.name] = placement
         return placement
 
     def start(self, placement: Placement) -> None:
-        self.nodes[placement.node].running[placement.pod.name] = placement.pod
+        n = self.nodes[placement.node]
+        n.running[placement.pod.name] = placement.pod
+        n.generation += 1
 
     def finish(self, placement: Placement) -> None:
         n = self.nodes[placement.node]
@@ -74,6 +78,7 @@ class Cluster:
         n.memory -= pod.demand.memory
         n.placed.pop(pod.name, None)
         n.running.pop(pod.name, None)
+        n.generation += 1
 
     def herding(self, burst_size: int) -> float:
         """Most pods of one burst on one node, over an even spread (ceil(burst / nodes))."""

@@ -1,8 +1,16 @@
-"""The scheduler side of both extender protocols, as a scheduler sends them over HTTP."""
+"""The scheduler side of both extender protocols, as a scheduler sends them over HTTP.
+
+Volcano's bodies follow its Go types field for field and in declaration order, written
+compactly as Go's encoding/json writes them: the extender reads the tasks inside a NodeInfo by
+finding their keys in that order in the raw body (``extender.volcano``), so a body in any other
+shape would hide every pod on the node from it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+import msgspec
 
 from bench.placement.trace import PodSpec
 
@@ -10,6 +18,8 @@ Json = dict[str, Any]
 
 # Volcano TaskStatus values (pkg/scheduler/api/types.go).
 ALLOCATED, BOUND, RUNNING = 2, 16, 32
+
+encode = msgspec.json.Encoder().encode  # compact, keys in insertion order, as Go writes them
 
 
 def pod_object(pod: PodSpec, node: str = "", uid: str = "") -> Json:
@@ -37,18 +47,34 @@ def pod_object(pod: PodSpec, node: str = "", uid: str = "") -> Json:
 
 
 def task_info(pod: PodSpec, node: str = "", status: int = 1, uid: str = "") -> Json:
+    """A TaskInfo in Go's field order (TransactionContext's fields promoted in its place)."""
     req = {"MilliCPU": pod.demand.cpu * 1000, "Memory": pod.demand.memory * 2**30}
     return {
         "UID": uid or f"uid-{pod.name}",
         "Job": f"bench/{pod.name}",
         "Name": pod.name,
+        "TaskRole": "",
         "Namespace": "bench",
+        "TaskType": "",
         "Resreq": req,
         "InitResreq": req,
         "NodeName": node,
+        "EvictionOccurred": False,
+        "JobAllocatedHyperNode": "",
         "Status": status,
+        "LastTransaction": None,
         "Priority": 0,
+        "VolumeReady": False,
+        "Preemptable": False,
+        "BestEffort": False,
+        "HasRestartableInitContainer": False,
+        "SchGated": False,
+        "RevocableZone": "",
+        "NumaInfo": None,
+        "PodVolumes": None,
         "Pod": pod_object(pod, node, uid),
+        "PodAnnotations": {},
+        "CustomBindErrHandlerSucceeded": False,
     }
 
 
@@ -56,15 +82,16 @@ def node_object(name: str) -> Json:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
 
 
-def node_info(name: str, tasks: list[Json]) -> Json:
-    """A NodeInfo in Volcano's Go field order (Name, Node, State, ..., Tasks).
-
-    Tasks carries the pods placed there and not yet running (Bound); running pods are left
-    out to keep bodies small (the extender reads only placements its data cannot show yet).
-    """
+def node_info(name: str, tasks: list[Json], generation: int = 0) -> Json:
+    """A NodeInfo in Volcano's Go field order (Name, Node, State, ..., Tasks, ...,
+    Generation): every task on the node, placed ones Bound, started ones Running. Generation
+    moves whenever the node's tasks change, as Volcano's does: the extender skips a NodeInfo
+    whose length and last bytes it has seen before."""
     return {
         "Name": name,
         "Node": node_object(name),
         "State": {"Phase": 1, "Reason": ""},
         "Tasks": {f"bench/{t['Name']}": t for t in tasks},
+        "Generation": generation,
+        "BindGeneration": generation,
     }

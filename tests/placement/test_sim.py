@@ -13,8 +13,10 @@ from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand, signals
 from bench.placement.pipeline import config_spec
 from bench.placement.run import figures, main
-from rulegen.model import from_spec
+from bench.placement.scheduler import VolcanoExtender
 from bench.placement.trace import PodSpec, TraceShape, generate
+from extender.volcano import decode_predicate, placed_tasks, resident_tasks
+from rulegen.model import from_spec
 
 
 def test_trace_is_seeded_and_has_bursts() -> None:
@@ -148,3 +150,38 @@ def test_set_overrides_a_shipped_policy_in_the_full_set_only() -> None:
 def test_set_flag_must_name_policy_and_field() -> None:
     with pytest.raises(SystemExit):
         main(["--set", "batch=0.3"])
+
+
+def test_volcano_bodies_show_the_extender_every_pod_on_the_node() -> None:
+    """The extender finds a NodeInfo's tasks by Go's field order in the raw body: the
+    benchmark's bodies must be read as Volcano's are, or avoidPolicies sees no pods there."""
+    c = Cluster("c1", "n", 2)
+    pods = [p for p in generate(TraceShape(100.0, 2), 3) if not p.online][:3]
+    placements = [c.bind(p, "n-0000", 0.0, 5.0) for p in pods]
+    c.start(placements[0])
+    volcano = VolcanoExtender(None, "", allocate=False)  # type: ignore[arg-type]
+    task = b'{"task":{"UID":"x","Pod":{"metadata":{"name":"x"}}},"node":'
+    body = task + volcano.node_info(c, "n-0000") + b"}"
+    assert decode_predicate(body).node.name == "n-0000"  # type: ignore[union-attr]
+    found = {t.key: (t.node_name, t.status, t.labels["mco.io/workload-class"]) for t in
+             resident_tasks(body)}  # fmt: skip
+    assert found == {
+        f"c1-{p.name}": ("n-0000", 32 if i == 0 else 16, p.workload_class)
+        for i, p in enumerate(pods)
+    }
+    assert {t.key for t in placed_tasks(body)} == {f"c1-{p.name}" for p in pods[1:]}
+
+
+def test_volcano_node_info_is_encoded_again_only_when_its_pods_change() -> None:
+    c = Cluster("c1", "n", 1)
+    volcano = VolcanoExtender(None, "", allocate=False)  # type: ignore[arg-type]
+    empty = volcano.node_info(c, "n-0000")
+    assert volcano.node_info(c, "n-0000") is empty
+    pod = generate(TraceShape(100.0, 1), 3)[0]
+    placement = c.bind(pod, "n-0000", 0.0, 5.0)
+    bound = volcano.node_info(c, "n-0000")
+    assert pod.name.encode() in bound and b'"Status":16' in bound
+    c.start(placement)
+    assert b'"Status":32' in volcano.node_info(c, "n-0000")
+    c.finish(placement)
+    assert pod.name.encode() not in volcano.node_info(c, "n-0000")
