@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -64,11 +65,34 @@ class PolicySet:
     extender: bool
     reservation: bool = False
     hysteresis: bool = False
+    # A variant of mco-full (``--variant``): these policy fields set, on its own pipeline.
+    overrides: tuple[tuple[str, str, Any], ...] = ()
 
     @property
     def pipeline(self) -> str:
         # The default scheduler's nodes are observed by a pipeline without MCO's extras.
-        return "full" if self.reservation or self.hysteresis else "basic"
+        if not (self.reservation or self.hysteresis):
+            return "basic"
+        return self.name.removeprefix("mco-") if self.overrides else "full"
+
+    @property
+    def prefix(self) -> str:
+        """Its clusters' node names start with this (unique across the run's pipelines)."""
+        return self.pipeline if self.overrides else self.name.replace("mco-", "")[:4]
+
+
+def variant(text: str) -> PolicySet:
+    """``NAME:POLICY.FIELD=VALUE[,POLICY.FIELD=VALUE...]`` of ``--variant``."""
+    name, sep, fields = text.partition(":")
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name) or name in ("basic", "full"):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME:POLICY.FIELD=VALUE[,...] with NAME of a-z0-9 (12 at most, not "
+            f"basic or full), got {text!r}"
+        )
+    overrides = tuple(override(f) for f in fields.split(",") if f)
+    if not overrides:
+        raise argparse.ArgumentTypeError(f"a variant sets at least one field: {text!r}")
+    return PolicySet(f"mco-{name}", True, reservation=True, hysteresis=True, overrides=overrides)
 
 
 POLICY_SETS = (
@@ -260,7 +284,8 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
         f"({sum(p.online for p in trace)} online), seed {args.seed}",
         flush=True,
     )
-    fleets = {"basic": LiveFleet(), "full": LiveFleet()}
+    policies = {p.name: p for p in (*POLICY_SETS, *args.variants)}
+    fleets = {p.pipeline: LiveFleet() for p in policies.values()}
     hysteresis = hysteresis_available()
     print(f"hysteresis fields in this checkout: {'yes' if hysteresis else 'no'}", flush=True)
     watch = extender_has_flag("--watch-pods")
@@ -273,26 +298,26 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 name,
                 root / name,
                 config_spec(
-                    reservation=name == "full",
-                    hysteresis=name == "full",
+                    reservation=name != "basic",
+                    hysteresis=name != "basic",
                     avoid_per_pod=args.avoid_per_pod,
                     triggered_level=args.triggered_level,
-                    overrides=args.overrides if name == "full" else None,
+                    overrides=overrides_of(args, policies, name),
                 ),
                 f"127.0.0.1:{port}",
                 f"/{name}",
-                watch_args if name == "full" else (),
+                watch_args if name != "basic" else (),
             )
             for name in fleets
         }
         layout = [("default", "none")] + [
-            (p, proto) for p in ("mco-basic", "mco-full") for proto in args.protocols
+            (p, proto) for p in policies if p != "default" for proto in args.protocols
         ]
-        policies = {p.name: p for p in POLICY_SETS}
         clusters = []
         for i, (policy_name, protocol) in enumerate(layout):
-            prefix = f"{policy_name.replace('mco-', '')[:4]}-{protocol[:4]}"
-            clusters.append((policies[policy_name], protocol, Cluster(f"c{i}", prefix, args.nodes)))
+            policy = policies[policy_name]
+            prefix = f"{policy.prefix}-{protocol[:4]}"
+            clusters.append((policy, protocol, Cluster(f"c{i}", prefix, args.nodes)))
         for policy, _, cluster in clusters:
             for node in cluster.nodes:
                 fleets[policy.pipeline].set(node, idle())
@@ -379,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--avoid-per-pod",
         type=float,
-        help="avoidPerPod of the policies that avoid others, in mco-full (default: as shipped)",
+        help="avoidPerPod of the policies that avoid others, in mco-full and the variants "
+        "(default: as shipped)",
     )
     parser.add_argument(
         "--triggered-level",
@@ -396,13 +422,22 @@ def main(argv: list[str] | None = None) -> int:
         help="set a field of a shipped policy in mco-full, e.g. batch.triggeredLevel=0.3 "
         "(repeatable; the value is read as YAML; for tuning)",
     )
+    parser.add_argument(
+        "--variant",
+        dest="variants",
+        metavar="NAME:POLICY.FIELD=VALUE[,...]",
+        type=variant,
+        action="append",
+        default=[],
+        help="also run mco-full with these policy fields set, as mco-NAME on its own pipeline, "
+        "on the same trace at the same time (repeatable; an A/B under the same load)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep logs and configs here")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
-    overrides: dict[str, dict[str, Any]] = {}
-    for policy, key, value in args.overrides:
-        overrides.setdefault(policy, {})[key] = value
-    args.overrides = overrides
+    args.overrides = tuple(args.overrides)
+    if len({v.name for v in args.variants}) < len(args.variants):
+        parser.error("--variant: each needs its own NAME")
     args.nodes = args.nodes or (20 if args.quick else 200)
     args.duration = args.duration or (150.0 if args.quick else 600.0)
     args.burst_every = args.burst_every or (40.0 if args.quick else 60.0)
@@ -420,9 +455,19 @@ def main(argv: list[str] | None = None) -> int:
         if len(seeds) > 1:
             ratio, herding = figures(rows)
             print(f"seed {seed}: exposure mco/default = {ratio:.2f}, herding = {herding:.2f}")
+        for v in args.variants:
+            ratio, herding = figures(rows, v.name)
+            print(f"seed {seed}: {v.name}: exposure ratio {ratio:.2f}, herding {herding:.2f}")
     if args.json:
         out: Any = results[seeds[0]] if len(seeds) == 1 else {str(k): v for k, v in results.items()}
         args.json.write_text(json.dumps(out, indent=1) + "\n")
+    for v in args.variants:
+        vr, vh = zip(*(figures(rows, v.name) for rows in results.values()), strict=True)
+        print(
+            f"variant {v.name} over {len(seeds)} seed(s): exposure ratio mean "
+            f"{sum(vr) / len(vr):.2f}, herding mean {sum(vh) / len(vh):.2f}, pending mean "
+            f"{mean_of(results, f'{v.name}/', 'pending'):.1f}"
+        )
     ratios, herdings = zip(*(figures(rows) for rows in results.values()), strict=True)
     ratio, herding = sum(ratios) / len(ratios), sum(herdings) / len(herdings)
     if len(seeds) > 1:
@@ -435,6 +480,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ratio <= EXPOSURE_TARGET and herding <= HERDING_TARGET else 1
 
 
+def overrides_of(
+    args: argparse.Namespace, policies: dict[str, PolicySet], pipeline: str
+) -> dict[str, dict[str, Any]] | None:
+    """The policy fields a pipeline's config sets over the shipped ones: ``--set`` for
+    mco-full's, a variant's own for its."""
+    if pipeline == "full":
+        fields: tuple[tuple[str, str, Any], ...] = args.overrides
+    else:
+        fields = next((p.overrides for p in policies.values() if p.pipeline == pipeline), ())
+    out: dict[str, dict[str, Any]] = {}
+    for policy, key, value in fields:
+        out.setdefault(policy, {})[key] = value
+    return out or None
+
+
 def override(text: str) -> tuple[str, str, Any]:
     """``POLICY.FIELD=VALUE`` of ``--set``: the policy, the field and the value (YAML)."""
     target, sep, value = text.partition("=")
@@ -444,10 +504,18 @@ def override(text: str) -> tuple[str, str, Any]:
     return policy, key, yaml.safe_load(value)
 
 
-def figures(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """The exposure ratio (MCO with everything on over the default scheduler) and herding."""
+def mean_of(results: dict[int, list[dict[str, Any]]], prefix: str, column: str) -> float:
+    """The mean of ``column`` over the seeds, of the first run whose label starts so."""
+    values = [next(r[column] for r in rows if r["run"].startswith(prefix)) for rows in
+              results.values()]  # fmt: skip
+    return float(sum(values)) / len(values)
+
+
+def figures(rows: list[dict[str, Any]], policy: str = "mco-full") -> tuple[float, float]:
+    """The exposure ratio (MCO with everything on, or ``policy``, over the default scheduler)
+    and herding."""
     by = {r["run"]: r for r in rows}
-    mco = by.get("mco-full/kube") or by[next(r for r in by if r.startswith("mco-full"))]
+    mco = by.get(f"{policy}/kube") or by[next(r for r in by if r.startswith(f"{policy}/"))]
     base = by["default/none"]["exposure"]
     # No exposure under the default scheduler: the trace caused no interference, nothing shown.
     ratio = mco["exposure"] / base if base > 0 else (1.0 if mco["exposure"] == 0 else math.inf)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand, signals
 from bench.placement.pipeline import config_spec
-from bench.placement.run import figures, main
+from bench.placement.run import POLICY_SETS, figures, main, overrides_of, variant
 from bench.placement.scheduler import VolcanoExtender
 from bench.placement.trace import PodSpec, TraceShape, generate
 from extender.volcano import decode_predicate, placed_tasks, resident_tasks
@@ -129,6 +130,10 @@ def test_figures_are_the_full_mco_run_against_the_default() -> None:
     assert figures(quiet)[0] == float("inf")
     quiet[1] = {**quiet[1], "exposure": 0.0}
     assert figures(quiet)[0] == 1.0
+    assert figures([*rows, {"run": "mco-x/kube", "exposure": 0.1, "herding": 2.0}], "mco-x") == (
+        0.25,
+        2.0,
+    )
 
 
 def test_set_overrides_a_shipped_policy_in_the_full_set_only() -> None:
@@ -150,6 +155,25 @@ def test_set_overrides_a_shipped_policy_in_the_full_set_only() -> None:
 def test_set_flag_must_name_policy_and_field() -> None:
     with pytest.raises(SystemExit):
         main(["--set", "batch=0.3"])
+
+
+def test_a_variant_is_mco_full_with_its_fields_on_its_own_pipeline() -> None:
+    v = variant("trig:batch.triggeredLevel=0.3,batch.reservationPerPod=0.2")
+    assert (v.name, v.pipeline, v.reservation, v.hysteresis) == ("mco-trig", "trig", True, True)
+    sets = {p.name: p for p in (*POLICY_SETS, v)}
+    assert len({p.pipeline for p in sets.values()}) == 3  # basic, full, trig
+    assert len({p.prefix for p in sets.values()}) == 4  # every cluster's nodes apart
+    args = argparse.Namespace(overrides=(("batch", "avoidPerPod", 0.02),))
+    assert overrides_of(args, sets, "trig") == {
+        "batch": {"triggeredLevel": 0.3, "reservationPerPod": 0.2}
+    }
+    assert overrides_of(args, sets, "full") == {"batch": {"avoidPerPod": 0.02}}
+    assert overrides_of(args, sets, "basic") is None
+    for bad in ("full:batch.maxLevel=0.1", "Trig:batch.maxLevel=0.1", "trig:", "trig"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            variant(bad)
+    with pytest.raises(SystemExit):
+        main(["--variant", "a:batch.maxLevel=0.1", "--variant", "a:batch.maxLevel=0.2"])
 
 
 def test_volcano_bodies_show_the_extender_every_pod_on_the_node() -> None:
