@@ -30,6 +30,12 @@ DEFAULT_RESERVATION: Final = 0.05
 # What one latency-sensitive pod on a node takes off its score for batch and best-effort pods,
 # over 100 (docs/benchmarks.md, "placement", for how it was chosen).
 AVOID_PER_POD: Final = 0.05
+# For batch pods, a node with a triggered detection counts as at least this level (its signal
+# just past warn barely moves the level), and each batch pod placed reserves this much: the
+# second keeps a burst from crowding onto the nodes the first leaves (docs/benchmarks.md,
+# "placement", for how both were chosen).
+BATCH_TRIGGERED_LEVEL: Final = 0.3
+BATCH_RESERVATION: Final = 0.2
 _NAME: Final = re.compile(NAME_PATTERN)
 
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
@@ -63,8 +69,9 @@ def _class(value: str) -> LabelSelector:
 DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("latency-sensitive", _class("latency-sensitive"), max_level=0.3,
            reservation_per_pod=0.02),
-    Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=0.1,
-           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
+    Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=BATCH_RESERVATION,
+           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
+           triggered_level=BATCH_TRIGGERED_LEVEL),
     Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02,
            avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
     Policy("default"),
