@@ -69,9 +69,9 @@ def _class(value: str) -> LabelSelector:
 DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("latency-sensitive", _class("latency-sensitive"), max_level=0.3,
            reservation_per_pod=0.02),
-    Policy("batch", _class("batch"), score_weight=0.5, reservation_per_pod=BATCH_RESERVATION,
-           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
-           triggered_level=BATCH_TRIGGERED_LEVEL),
+    Policy("batch", _class("batch"), hard_constraints="Ignore", score_weight=0.5,
+           reservation_per_pod=BATCH_RESERVATION, avoid_policies=("latency-sensitive",),
+           avoid_per_pod=AVOID_PER_POD, triggered_level=BATCH_TRIGGERED_LEVEL),
     Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02,
            avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
     Policy("default"),
