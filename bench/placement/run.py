@@ -78,7 +78,7 @@ class PolicySet:
     @property
     def prefix(self) -> str:
         """Its clusters' node names start with this (unique across the run's pipelines)."""
-        return self.pipeline if self.overrides else self.name.replace("mco-", "")[:4]
+        return f"v-{self.pipeline}" if self.overrides else self.name.replace("mco-", "")[:4]
 
 
 def variant(text: str) -> PolicySet:
