@@ -30,6 +30,12 @@ RAW = re.compile(r"last_over_time\((mco_[^()\[\]]+)\[10s\]\)")
 RAW_INSTANT = re.compile(r"(?<![\w:])mco_[a-z0-9_]+(\{[^{}]*\})?(?![\w:{]|\s*\[)")
 
 
+def at(seconds: int, name: str, value: float | None) -> dict[str, object]:
+    """A promtool expectation: ``name`` at ``seconds`` is ``value`` (None: no sample)."""
+    samples = [] if value is None else [{"labels": name, "value": value}]
+    return {"expr": name, "eval_time": f"{seconds}s", "exp_samples": samples}
+
+
 def groups(text: str) -> dict[str, list[dict[str, object]]]:
     return {g["name"]: g["rules"] for g in yaml.safe_load(text)["groups"]}
 
@@ -130,10 +136,6 @@ def test_a_window_under_one_interval_is_exact_where_one_interval_is_not(tmp_path
     assert "last_over_time(high[500ms])" in rules
     (tmp_path / "rules.yaml").write_text(rules)
 
-    def at(seconds: int, name: str, value: float | None) -> dict[str, object]:
-        samples = [] if value is None else [{"labels": name, "value": value}]
-        return {"expr": name, "eval_time": f"{seconds}s", "exp_samples": samples}
-
     suite = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1s",
@@ -214,10 +216,6 @@ def test_a_windowed_raw_read_is_the_newest_sample_and_ends_one_window_after_a_st
         "3s",
     )
     (tmp_path / "rules.yaml").write_text(rules)
-
-    def at(seconds: int, name: str, value: float | None) -> dict[str, object]:
-        samples = [] if value is None else [{"labels": name, "value": value}]
-        return {"expr": name, "eval_time": f"{seconds}s", "exp_samples": samples}
 
     suite = {
         "rule_files": ["rules.yaml"],
