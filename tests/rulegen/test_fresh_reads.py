@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -28,6 +29,20 @@ FRESH = re.compile(r"last_over_time\(([^()\[\]]+)\[(\d+)ms\]\)")
 RAW = re.compile(r"last_over_time\((mco_[^()\[\]]+)\[10s\]\)")
 # A raw exporter series read at an instant (not over a range).
 RAW_INSTANT = re.compile(r"(?<![\w:])mco_[a-z0-9_]+(\{[^{}]*\})?(?![\w:{]|\s*\[)")
+
+
+def assert_promtool_passes(tmp_path: Path, suite: Mapping[str, object]) -> None:
+    """``promtool test rules`` on ``suite`` (rules.yaml beside it) reports no failure."""
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    result = subprocess.run(
+        ["promtool", "test", "rules", "suite.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def at(seconds: int, name: str, value: float | None) -> dict[str, object]:
@@ -155,16 +170,7 @@ def test_a_window_under_one_interval_is_exact_where_one_interval_is_not(tmp_path
             }
         ],
     }
-    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "suite.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promtool_passes(tmp_path, suite)
 
 
 def test_raw_instant_reads_of_the_model_group_only_are_windowed():
@@ -241,13 +247,4 @@ def test_a_windowed_raw_read_is_the_newest_sample_and_ends_one_window_after_a_st
             }
         ],
     }
-    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "suite.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promtool_passes(tmp_path, suite)
