@@ -358,8 +358,9 @@ def io_limited_pods(tree: PodTree, workdir: Path) -> PodLoad:
 
 def io_cross_pods(tree: PodTree, workdir: Path) -> PodLoad:
     """`make run STRESS=io-cross-pod`: a pod without limits writing as fast as the disk takes
-    (`stress-ng --hdd`), and a pod reading 256 KiB (direct) every 50 ms, which alone waits
-    little; behind the writer's queue it waits most of the time, at no limit of its own. Its
+    (`stress-ng --hdd`), and a pod reading 256 KiB (direct) every 10 ms, which alone waits
+    little; behind the writer's queue it waits much of the time, at no limit of its own (every
+    50 ms left it at 8 % stall, under the victims' 10 %, on a CI machine's faster disk). Its
     few bytes keep the writer first among the I/O aggressors."""
     stress_ng = require_stress_ng()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -369,7 +370,7 @@ def io_cross_pods(tree: PodTree, workdir: Path) -> PodLoad:
     loop = (
         f'dd if=/dev/zero of="{data}" bs=1M count=64 status=none && sync && '
         f'while :; do dd if="{data}" of=/dev/null bs=256k count=1 iflag=direct status=none; '
-        "sleep 0.05; done"
+        "sleep 0.01; done"
     )
     writer = [stress_ng, "--hdd", "4", "--hdd-bytes", "256M", "--temp-path", str(workdir),
               "--quiet"]  # fmt: skip

@@ -35,6 +35,7 @@ from tests.rulegen.test_hysteresis import violated_rule
 pytestmark = pytest.mark.slow
 NODES = kmock.resource("", "v1", "nodes")
 HOLD, CLEAR = 3, 6  # seconds (holdFor, clearAfter)
+SCRAPED = "mco_test_exceeded"  # recorded as exceeded in the held rule's group, as in the product
 
 
 async def test_taint_follows_prometheus_held_flag(
@@ -46,7 +47,7 @@ async def test_taint_follows_prometheus_held_flag(
 
     async def metrics(_: web.Request) -> web.Response:
         body = (
-            f'{S.HARD_CONSTRAINT_EXCEEDED}{{node="a",constraint="psi_memory_full"}} '
+            f'{SCRAPED}{{node="a",constraint="psi_memory_full"}} '
             f"{exceeded['value']}\n"
             f'{S.DETECTION_TRIGGERED}{{node="a",detection="memory_pressure"}} 0\n'
         )
@@ -60,7 +61,13 @@ async def test_taint_follows_prometheus_held_flag(
     await web.TCPSite(runner, "127.0.0.1", port).start()
     config = from_spec({"hardConstraints": {"holdFor": f"{HOLD}s", "clearAfter": f"{CLEAR}s"}})
     rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump(violated_rule(config)))
+    # The held rule reads exceeded as recorded earlier in its own evaluation (over half an
+    # interval): a scraped exceeded would be seen only when a scrape lands that close.
+    held_rules = violated_rule(config)
+    held_rules["groups"][0]["rules"].insert(
+        0, {"record": S.HARD_CONSTRAINT_EXCEEDED, "expr": f"last_over_time({SCRAPED}[10s])"}
+    )
+    rules.write_text(yaml.safe_dump(held_rules))
     prom = Prometheus(
         tmp_path, targets=[ScrapeTarget("fleet", f"127.0.0.1:{port}")], rule_files=[rules]
     )
