@@ -33,6 +33,8 @@ ENGINES: Final[tuple[Engine, ...]] = ("prometheus", "victoriametrics")
 DEFAULT_ENGINE: Final[Engine] = "prometheus"
 # The group whose rules read series recorded earlier in the same evaluation.
 MODEL_GROUP: Final = "mco.rules"
+# The group of explanations (signal indices), evaluated every window from the model's series.
+EXPLAIN_GROUP: Final = "mco.explain"
 
 
 def format_number(value: float) -> str:
@@ -65,14 +67,30 @@ def _gate(signal: Signal, detection: Detection) -> str:
     return f"{series.MEMORY_PRESSURE_FALLBACK} == {1 if signal.fallback else 0}"
 
 
-def _reached(signals: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """A detection's "signal at or beyond warn" filters, grouped by gate in signal order, so
-    the triggered rule reads each gate once."""
+def _excess(signals: list[dict[str, Any]]) -> str:
+    """A detection's excess (``series.DETECTION_EXCESS``): the max over its signals of
+    ``(v - warn) / (critical - warn)``, mirrored when lower is worse, each gate applied once
+    to the signals it gates. Empty for a detection without signals."""
     by_gate: dict[str, list[str]] = {}
     for s in signals:
-        op = "<=" if s["lower_is_worse"] else ">="
-        by_gate.setdefault(s["gate"], []).append(f"{s['series']} {op} {format_number(s['warn'])}")
-    return list(by_gate.items())
+        warn, critical = format_number(s["warn"]), format_number(s["critical"])
+        if s["lower_is_worse"]:
+            term = f"({warn} - {s['series']}) / ({warn} - {critical})"
+        else:
+            term = f"({s['series']} - {warn}) / ({critical} - {warn})"
+        if len(signals) > 1:  # told apart, so that `or` keeps every signal
+            term = f'label_replace({term}, "signal", "{s["label"]}", "", "")'
+        by_gate.setdefault(s["gate"], []).append(term)
+    if len(signals) == 1:
+        ((gate, (term,)),) = by_gate.items()
+        return f"{term}\nand on (node)\n({gate})" if gate else term
+    parts = [
+        "(\n    " + "\n    or\n    ".join(terms) + f"\n  )\n  and on (node)\n  ({gate})"
+        if gate
+        else "\n  or\n  ".join(terms)
+        for gate, terms in by_gate.items()
+    ]
+    return "max by (node) (\n  " + "\n  or\n  ".join(parts) + "\n)"
 
 
 def _plain_scalar(text: str) -> bool:
@@ -120,7 +138,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
             "label": d.label,
             "weight": config.weight(d.key),
             "signals": [s for s in signals if s["detection_key"] == d.key],
-            "reached": _reached([s for s in signals if s["detection_key"] == d.key]),
+            "excess": _excess([s for s in signals if s["detection_key"] == d.key]),
         }
         for d in catalog.detections
     ]
@@ -129,6 +147,8 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
         "s": series,  # recorded series names
         "w": window,
         "interval": format_duration(config.evaluation_interval),
+        "explain_group": EXPLAIN_GROUP,
+        "explain_interval": format_duration(max(config.window, config.evaluation_interval)),
         "generation": generation,
         "hash": config.config_hash(),
         "recorded": recorded,
@@ -261,10 +281,43 @@ def windowed_raw_reads(groups: str, window: str) -> str:
     return _in_model_group(groups, rewrite)
 
 
-def _in_model_group(groups: str, rewrite: Callable[[list[str]], list[str]]) -> str:
-    """``groups`` with the lines of the model group's rules passed through ``rewrite``."""
+def explained_reads(groups: str, evaluation_interval: int) -> str:
+    """Prometheus only: the explanation group's reads of the model's series become
+    ``last_over_time(x[2 intervals])``: it runs on its own clock, and the newest sample the
+    model wrote is at most one interval old (two: a late evaluation). Each read decodes the
+    newest chunk instead of the 5-minute lookback."""
+    window = f"{2 * evaluation_interval}s"
+    model = _group_lines(groups, MODEL_GROUP)
+    names = sorted(
+        {line.strip().removeprefix("- record: ") for line in model if "- record: " in line}
+    )
+
+    def rewrite(body: list[str]) -> list[str]:
+        skip = ("#", "- record: ")
+        return [
+            line if line.lstrip().startswith(skip) else _fresh_line(line, names, window)
+            for line in body
+        ]
+
+    return _in_model_group(groups, rewrite, EXPLAIN_GROUP)
+
+
+def _group_lines(groups: str, name: str) -> list[str]:
     lines = groups.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {MODEL_GROUP}")
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {name}")
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
+        len(lines),
+    )
+    return lines[start:end]
+
+
+def _in_model_group(
+    groups: str, rewrite: Callable[[list[str]], list[str]], name: str = MODEL_GROUP
+) -> str:
+    """``groups`` with the lines of group ``name``'s rules passed through ``rewrite``."""
+    lines = groups.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {name}")
     end = next(
         (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
         len(lines),
@@ -292,6 +345,7 @@ def _groups(
     if engine == "prometheus":
         text = fresh_reads(text, config.evaluation_interval)
         text = windowed_raw_reads(text, context["w"])
+        text = explained_reads(text, config.evaluation_interval)
     return text.rstrip("\n") + "\n", context
 
 

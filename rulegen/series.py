@@ -25,6 +25,10 @@ DETECTIONS: Final[dict[str, str]] = {d.key: d.label for d in CATALOG.detections}
 HARD_CONSTRAINTS: Final[dict[str, str]] = {c.key: c.label for c in CATALOG.constraints}
 
 DETECTION_INDEX: Final = "node:mco_detection_index:ratio"  # {detection}
+# Per detection, (value - warn) / (critical - warn) of its worst signal (mirrored where lower is
+# worse), unbounded: >= 0 is triggered, clamped to [0, 1] it is the index. Recorded so that the
+# index and triggered each read one series per detection instead of every signal again.
+DETECTION_EXCESS: Final = "node:mco_detection_excess:ratio"  # {detection}
 DETECTION_TRIGGERED: Final = "node:mco_detection_triggered:bool"  # {detection}
 MEMORY_PRESSURE_FALLBACK: Final = "node:mco_memory_pressure_fallback:bool"
 INTERFERENCE_LEVEL: Final = "node:mco_interference_level:ratio"

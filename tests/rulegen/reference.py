@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rulegen import series as S
+from rulegen.catalog import Signal
 from rulegen.model import SIGNALS, DetectionRuleConfig
 
 
@@ -36,6 +37,7 @@ class NodeResult:
     signals: dict[str, float] = field(default_factory=dict)  # recorded series name -> value
     signal_index: dict[tuple[str, str], float] = field(default_factory=dict)  # (detection, signal)
     detection_index: dict[str, float] = field(default_factory=dict)
+    excess: dict[str, float] = field(default_factory=dict)  # unclamped detection index
     triggered: dict[str, float] = field(default_factory=dict)
     fallback: float = 0.0
     pod_fallback: float = 1.0  # no per-pod pressure series: node PSI stands in for the victims
@@ -284,6 +286,14 @@ def per_pod(obs: Sequence[Obs]) -> dict[str, PodResult] | None:
     return pods
 
 
+def signal_excess(config: DetectionRuleConfig, spec: Signal, value: float) -> float:
+    """(value - warn) / (critical - warn), mirrored when lower is worse: the index unclamped."""
+    t = config.threshold(spec.key)
+    if spec.lower_is_worse:
+        return (t.warn - value) / (t.warn - t.critical)
+    return (value - t.warn) / (t.critical - t.warn)
+
+
 def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
     values = signals(obs)
     result = NodeResult(bucket_rates=bucket_rates(obs), in_node_set=bool(_by(obs, S.NODE_INFO)))
@@ -309,12 +319,11 @@ def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
         if spec.detection == "memoryPressure" and spec.fallback != (result.fallback == 1.0):
             continue  # PSI where the node has it, the fallback signals where it does not
         t, v = config.threshold(spec.key), values[spec.key]
-        if spec.lower_is_worse:
-            index, reached = (t.warn - v) / (t.warn - t.critical), v <= t.warn
-        else:
-            index, reached = (v - t.warn) / (t.critical - t.warn), v >= t.warn
-        index = min(max(index, 0.0), 1.0)
+        reached = v <= t.warn if spec.lower_is_worse else v >= t.warn
+        excess = signal_excess(config, spec, v)
+        index = min(max(excess, 0.0), 1.0)
         result.signal_index[(detection, spec.label)] = index
+        result.excess[detection] = max(result.excess.get(detection, -math.inf), excess)
         result.detection_index[detection] = max(result.detection_index.get(detection, 0.0), index)
         triggered[detection] = triggered[detection] or reached
     result.triggered = {d: 1.0 if t else 0.0 for d, t in triggered.items()}
@@ -349,6 +358,8 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         out[(S.SIGNAL_INDEX, (("detection", detection), ("signal", signal)))] = value
     for detection, value in result.detection_index.items():
         out[(S.DETECTION_INDEX, (("detection", detection),))] = value
+    for detection, value in result.excess.items():
+        out[(S.DETECTION_EXCESS, (("detection", detection),))] = value
     for detection, value in result.triggered.items():
         out[(S.DETECTION_TRIGGERED, (("detection", detection),))] = value
     out[(S.MEMORY_PRESSURE_FALLBACK, ())] = result.fallback
@@ -382,6 +393,7 @@ RECORDED_NAMES = (
     *S.SIGNAL_SERIES.values(),
     *S.CONTEXT_SERIES.values(),
     S.SIGNAL_INDEX,
+    S.DETECTION_EXCESS,
     S.DETECTION_INDEX,
     S.DETECTION_TRIGGERED,
     S.MEMORY_PRESSURE_FALLBACK,

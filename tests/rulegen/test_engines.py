@@ -36,7 +36,7 @@ import yaml
 from rulegen import series as S
 from rulegen.generate import VM_RULES_PATH
 from rulegen.latency import buckets_flag
-from rulegen.model import DetectionRuleConfig, load_config
+from rulegen.model import SIGNALS, DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.procs import (
     Managed,
@@ -56,6 +56,7 @@ from tests.rulegen.reference import (
     extrapolated_rate,
     held,
     recorded,
+    signal_excess,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,6 +134,27 @@ def recorded_at(prom: Prometheus, at: float) -> dict[Key, float]:
             if abs(float(t) - at) < 1e-6:
                 out[(node, name, tuple(sorted(labels.items())))] = float(v)
     return out
+
+
+def explained_agree(prom: Prometheus, config: DetectionRuleConfig) -> set[Key]:
+    """The explanation group's newest signal indices, each checked against the model applied to
+    the signal it read at that evaluation (the newest recorded within two intervals): the
+    keys of those that agree (within 1e-9)."""
+    agree: set[Key] = set()
+    by_label = {spec.label: spec for spec in SIGNALS}
+    window = f"{2 * config.evaluation_interval}s"
+    for r in prom.query(f'{S.SIGNAL_INDEX}{{node="local"}}[{4 * config.window}s]'):
+        labels = dict(r["metric"])
+        t, v = r["values"][-1]
+        spec = by_label[labels["signal"]]
+        (read,) = prom.query(
+            f'last_over_time({spec.series}{{node="local"}}[{window}])', at=float(t)
+        )
+        excess = signal_excess(config, spec, float(read["value"][1]))
+        if math.isclose(float(v), min(max(excess, 0.0), 1.0), rel_tol=1e-9, abs_tol=1e-12):
+            del labels["__name__"], labels["node"]
+            agree.add(("local", S.SIGNAL_INDEX, tuple(sorted(labels.items()))))
+    return agree
 
 
 def violated_replayed(prom: Prometheus, at: float, config: DetectionRuleConfig) -> dict[Key, float]:
@@ -253,6 +275,10 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
                 got = recorded_at(prom, at)
                 want = expected_values(config, {"local": raw_observations(prom, at, config.window)})
                 want.update(violated_replayed(prom, at, config))
+                # Signal indices are recorded by their own group, on its own clock (below).
+                explained = {k for k in want if k[1] == S.SIGNAL_INDEX}
+                got = {k: v for k, v in got.items() if k[1] != S.SIGNAL_INDEX}
+                want = {k: v for k, v in want.items() if k not in explained}
                 # 1e-6: on a real, busy host the recorded values have been seen to differ
                 # from the model uniformly by ~1e-8 (every rate() series alike: the evaluation
                 # instant, not the formulas); any wrong formula or window is off by far more.
@@ -264,6 +290,7 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
                 pytest.fail(
                     "no evaluation agreed with the model:\n" + "\n".join(map(str, attempts))
                 )
+            assert explained_agree(prom, config) == explained
     # This host: PSI, diskstats, vmstat by type, steal; no PMU, resctrl, schedstat.
     assert got[("local", S.MEMORY_PRESSURE_FALLBACK, ())] == 0
     assert ("local", S.SIGNAL_SERIES["psiIOSome"], ()) in got

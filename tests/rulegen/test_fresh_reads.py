@@ -17,6 +17,7 @@ import yaml
 from rulegen import series as S
 from rulegen.model import DetectionRuleConfig, from_spec, load_config
 from rulegen.render import (
+    EXPLAIN_GROUP,
     MODEL_GROUP,
     fresh_reads,
     render_prometheusrule,
@@ -27,6 +28,8 @@ from rulegen.render import (
 SUITES = Path(__file__).with_name("promtool")
 FRESH = re.compile(r"last_over_time\(([^()\[\]]+)\[(\d+)ms\]\)")
 RAW = re.compile(r"last_over_time\((mco_[^()\[\]]+)\[10s\]\)")
+# The explanation group's reads of the model's series: over two intervals (1s each here).
+EXPLAINED = re.compile(r"last_over_time\(([^()\[\]]+)\[2s\]\)")
 # A raw exporter series read at an instant (not over a range).
 RAW_INSTANT = re.compile(r"(?<![\w:])mco_[a-z0-9_]+(\{[^{}]*\})?(?![\w:{]|\s*\[)")
 
@@ -61,8 +64,12 @@ def test_prometheus_render_is_the_victoriametrics_one_with_fresh_reads_of_earlie
         vm = render_rules(config, generation=3, engine="victoriametrics")
         assert "[500ms]" not in vm
         # Unwrapping every windowed read gives back the plain render, byte for byte.
-        assert RAW.sub(r"\1", FRESH.sub(r"\1", prom)) == vm
+        assert RAW.sub(r"\1", FRESH.sub(r"\1", EXPLAINED.sub(r"\1", prom))) == vm
         model = groups(prom)[MODEL_GROUP]
+        recorded = {str(rule["record"]) for rule in model}
+        for rule in groups(prom)[EXPLAIN_GROUP]:
+            selectors = EXPLAINED.findall(str(rule["expr"]))
+            assert selectors and {s.split("{")[0] for s in selectors} <= recorded, rule
         seen: set[str] = set()
         reads = 0
         for rule in model:
