@@ -522,6 +522,23 @@ class Catalog:
         """The report's signal snapshot, in its order: the signals, then the context series."""
         return (*self.signals, *self.context)
 
+    @property
+    def explanatory(self) -> frozenset[str]:
+        """Keys of the rows no decision reads: context series no hard constraint compares, and
+        intermediates only they read. The explanation group records them every window."""
+        dependents: dict[str, set[str]] = {r.key: set() for r in self.recorded}
+        for r in self.recorded:
+            for key in string.Template(r.expr).get_identifiers():
+                if key != "w":
+                    dependents[key].add(r.key)
+        out: set[str] = set()
+        for r in reversed(self.recorded):  # a row's dependents come after it
+            unread = isinstance(r, Context) and not self.constraints_on(r.key)
+            only_for_those = isinstance(r, Intermediate) and bool(dependents[r.key])
+            if unread or (only_for_those and dependents[r.key] <= out):
+                out.add(r.key)
+        return frozenset(out)
+
     def by_key(self, key: str) -> Recorded:
         for r in self.recorded:
             if r.key == key:

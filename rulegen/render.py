@@ -113,6 +113,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
                 "expr": expr,
                 "block": "\n" in expr or not _plain_scalar(expr),
                 "comment": r.comment.splitlines(),
+                "explained": r.key in catalog.explanatory,
             }
         )
     signals: list[dict[str, Any]] = []
@@ -282,14 +283,17 @@ def windowed_raw_reads(groups: str, window: str) -> str:
 
 
 def explained_reads(groups: str, evaluation_interval: int) -> str:
-    """Prometheus only: the explanation group's reads of the model's series become
+    """Prometheus only: the explanation group's reads of recorded series become
     ``last_over_time(x[2 intervals])``: it runs on its own clock, and the newest sample the
-    model wrote is at most one interval old (two: a late evaluation). Each read decodes the
-    newest chunk instead of the 5-minute lookback."""
+    model wrote is at most one interval old (two: a late evaluation); its own, written earlier
+    in the same evaluation, are at the same timestamp. Each read decodes the newest chunk
+    instead of the 5-minute lookback."""
     window = f"{2 * evaluation_interval}s"
-    model = _group_lines(groups, MODEL_GROUP)
+    # The model's series, and its own read in the evaluation that records them (its interval
+    # is a window: two of the model's intervals never reach its previous evaluation).
+    lines = _group_lines(groups, MODEL_GROUP) + _group_lines(groups, EXPLAIN_GROUP)
     names = sorted(
-        {line.strip().removeprefix("- record: ") for line in model if "- record: " in line}
+        {line.strip().removeprefix("- record: ") for line in lines if "- record: " in line}
     )
 
     def rewrite(body: list[str]) -> list[str]:

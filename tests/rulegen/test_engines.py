@@ -34,6 +34,7 @@ import requests
 import yaml
 
 from rulegen import series as S
+from rulegen.catalog import CATALOG
 from rulegen.generate import VM_RULES_PATH
 from rulegen.latency import buckets_flag
 from rulegen.model import SIGNALS, DetectionRuleConfig, load_config
@@ -133,6 +134,24 @@ def recorded_at(prom: Prometheus, at: float) -> dict[Key, float]:
         for t, v in r["values"]:
             if abs(float(t) - at) < 1e-6:
                 out[(node, name, tuple(sorted(labels.items())))] = float(v)
+    return out
+
+
+EXPLAINED = {S.SIGNAL_INDEX, *(CATALOG.by_key(k).series for k in CATALOG.explanatory)}
+
+
+def context_differences(prom: Prometheus, config: DetectionRuleConfig) -> list[list[str]]:
+    """The explanation group's context series at each of its (up to 3) newest evaluations
+    against the model on the raw samples then: one list of differences per evaluation (one
+    that a scrape in flight raced differs)."""
+    names = EXPLAINED - {S.SIGNAL_INDEX}
+    selector = f'{{__name__=~"{"|".join(names)}",node="local"}}[{4 * config.window}s]'
+    times = sorted({float(t) for r in prom.query(selector) for t, _ in r["values"]})
+    out = []
+    for at in times[-3:]:
+        got = {k: v for k, v in recorded_at(prom, at).items() if k[1] in names}
+        want = expected_values(config, {"local": raw_observations(prom, at, config.window)})
+        out.append(differences(got, {k: v for k, v in want.items() if k[1] in names}, rel=1e-6))
     return out
 
 
@@ -275,9 +294,9 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
                 got = recorded_at(prom, at)
                 want = expected_values(config, {"local": raw_observations(prom, at, config.window)})
                 want.update(violated_replayed(prom, at, config))
-                # Signal indices are recorded by their own group, on its own clock (below).
-                explained = {k for k in want if k[1] == S.SIGNAL_INDEX}
-                got = {k: v for k, v in got.items() if k[1] != S.SIGNAL_INDEX}
+                # The explanation group records on its own clock (checked below).
+                explained = {k for k in want if k[1] in EXPLAINED}
+                got = {k: v for k, v in got.items() if k[1] not in EXPLAINED}
                 want = {k: v for k, v in want.items() if k not in explained}
                 # 1e-6: on a real, busy host the recorded values have been seen to differ
                 # from the model uniformly by ~1e-8 (every rate() series alike: the evaluation
@@ -290,7 +309,9 @@ def test_prometheus_on_the_real_exporter_agrees_with_the_model(tmp_path, biolate
                 pytest.fail(
                     "no evaluation agreed with the model:\n" + "\n".join(map(str, attempts))
                 )
-            assert explained_agree(prom, config) == explained
+            assert explained_agree(prom, config) == {k for k in explained if k[1] == S.SIGNAL_INDEX}
+            context_problems = context_differences(prom, config)
+            assert [] in context_problems, context_problems
     # This host: PSI, diskstats, vmstat by type, steal; no PMU, resctrl, schedstat.
     assert got[("local", S.MEMORY_PRESSURE_FALLBACK, ())] == 0
     assert ("local", S.SIGNAL_SERIES["psiIOSome"], ()) in got
