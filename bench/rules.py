@@ -1,7 +1,8 @@
 """Rule-evaluation time of the generated rules in a real Prometheus, at fleet scale.
 
 A synthetic fleet (tests/rulegen/fleet.py, every node the ``typical`` profile: PSI, LLC, an
-eBPF histogram with two operations, diskstats, meminfo, vmstat, steal, run queue) is scraped
+eBPF histogram of one device, its reads and writes summed as the exporter serves it by default,
+diskstats, meminfo, vmstat, steal, run queue) is scraped
 every second; Prometheus evaluates the default rules every second. The histogram has the
 buckets the exporter exports by default (``--latency-buckets all``: every one, as before
 issue 17).

@@ -87,6 +87,9 @@ def build_parser(all_specs: dict[str, CollectorSpec]) -> argparse.ArgumentParser
                 default=option.default,
                 type=_checked(option),
                 help=option.help,
+                # A switch: bare, it is "true"; with a value, that value.
+                nargs="?" if option.switch else None,
+                const="true" if option.switch else None,
             )
     return parser
 

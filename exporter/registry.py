@@ -28,6 +28,16 @@ class Option:
     # Refuses a bad value at start (raises ValueError: exit 2 with its message), so a typo in a
     # DaemonSet's args fails the rollout instead of quietly turning a collector off on every node.
     check: Callable[[str], object] | None = None
+    # An on/off option (default "false" or "true"): a bare ``--collector.<collector>.<name>``
+    # means "true", ``=false`` turns it off again, as node_exporter's boolean flags.
+    switch: bool = False
+
+
+def parse_switch(text: str) -> bool:
+    """The value of a ``switch`` option: ``true`` or ``false``."""
+    if text not in ("true", "false"):
+        raise ValueError("not true or false")
+    return text == "true"
 
 
 @dataclass(frozen=True, slots=True)

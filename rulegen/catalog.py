@@ -138,6 +138,13 @@ _BLOCK_IO_LATENCY_HELP: Final = (
     "the diskstats mean latency where the node has no histogram)."
 )
 
+# Per (node, device, le): the bucket rates over the window, summed over operations where the
+# exporter splits them. Read raw by each quantile, not recorded once for both: with one
+# histogram per device, a recorded copy would cost as many writes and reads as it saves.
+_LATENCY_BUCKET_RATES: Final = (
+    "sum by (node, device, le) (rate(mco_block_io_latency_seconds_bucket[$w]))"
+)
+
 # In rule-file order: rules run in order within the group, each seeing the ones above.
 RECORDED: Final[tuple[Recorded, ...]] = (
     Signal(
@@ -171,15 +178,6 @@ sum by (node) (
   max by (node, domain, group) (avg_over_time(mco_llc_occupancy_bytes{type="ctrl_mon"}[$w]))
 )""",
     ),
-    Intermediate(
-        key="blockIOLatencyBucketRate",
-        series="node_device:mco_block_io_latency_seconds_bucket:rate",
-        comment="""\
-Both latency quantiles read the bucket rates recorded here: each raw bucket series
-(the bulk of a node's series) is read once per evaluation, not once per quantile.
-Operations are summed per device: a pod waits for its flushes as much as its reads.""",
-        expr="sum by (node, device, le) (rate(mco_block_io_latency_seconds_bucket[$w]))",
-    ),
     Signal(
         key="blockIOLatencyP95Seconds",
         series="node:mco_block_io_latency_p95_seconds:smoothed",
@@ -191,9 +189,11 @@ Operations are summed per device: a pod waits for its flushes as much as its rea
         critical=0.1,
         comment="""\
 The node's worst device: eBPF histogram where the node has one (0 when no device did
-I/O in the window), else the diskstats mean latency.""",
-        expr="""\
-max by (node) (histogram_quantile(0.95, $blockIOLatencyBucketRate) >= 0)
+I/O in the window), else the diskstats mean latency. The exporter sums a device's
+operations by default (a pod waits for its flushes as much as for its reads); the sum by
+device here does the same with its --collector.biolatency.by-operation.""",
+        expr=f"""\
+max by (node) (histogram_quantile(0.95, {_LATENCY_BUCKET_RATES}) >= 0)
 or
 max by (node) (mco_block_io_latency_seconds_count) * 0
 or
@@ -218,8 +218,8 @@ the window, no +Inf bucket: nothing that depends on q), and never negative with 
 exporter's positive bounds. So a node without a 0.99 quantile has no 0.95 one either,
 and its P95 above holds exactly the fallback value P99 needs: the histogram-count and
 diskstats branches are evaluated once, not twice.""",
-        expr="""\
-max by (node) (histogram_quantile(0.99, $blockIOLatencyBucketRate) >= 0)
+        expr=f"""\
+max by (node) (histogram_quantile(0.99, {_LATENCY_BUCKET_RATES}) >= 0)
 or
 $blockIOLatencyP95Seconds""",
     ),

@@ -40,9 +40,6 @@ HARD_CONSTRAINT_VIOLATED: Final = "node:mco_hard_constraint_violated:bool"
 SCHEDULE_SCORE: Final = "node:mco_schedule_score"
 # Intermediate series, recorded so that the rules after them read each raw series once per
 # evaluation instead of once per rule (see docs/detection-model.md, "Intermediate series").
-# Per (node, device, le): the eBPF latency buckets' rate over the window, summed over
-# operations; both latency quantiles are computed from it.
-BLOCK_IO_LATENCY_BUCKET_RATE: Final = CATALOG.by_key("blockIOLatencyBucketRate").series
 # Per pod (labels node, pod_uid, qos; see docs/detection-model.md, "Victims, not self-inflicted
 # stalls"): each pod's stall per resource and kind (io, memory), and whether it hit its own
 # memory or I/O limit in the window (1) or not (0).

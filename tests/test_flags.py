@@ -129,7 +129,8 @@ def test_a_bad_flag_exits_2_with_one_line_in_every_binary(prog, main, base, bad,
 @pytest.mark.parametrize(
     "flag,reason",
     [("--collector.diskstats.device-exclude=(", "missing ), unterminated subpattern"),
-     ("--collector.perf_llc.events=bogus", "not an event set; choose one of generic")],
+     ("--collector.perf_llc.events=bogus", "not an event set; choose one of generic"),
+     ("--collector.biolatency.by-operation=yes", "'yes': not true or false")],
 )  # fmt: skip
 def test_a_bad_collector_option_stops_the_exporter_at_start(flag, reason, capsys) -> None:
     """Not a traceback, and not a collector quietly off on every node."""

@@ -1,6 +1,9 @@
-"""Block I/O latency histogram from eBPF (bcc), by device and operation.
+"""Block I/O latency histogram from eBPF (bcc), by device (and operation, on request).
 
-The BPF program is compiled once at start-up; each scrape only walks its histogram map. Without
+The BPF program is compiled once at start-up; each scrape only walks its histogram map, which
+counts per device and operation. By default the operations are summed into one histogram per
+device: the detection model sums them anyway (a pod waits for its flushes as much as for its
+reads), and the rules' cost grows with the series they read. Without
 bcc, kernel headers, tracefs or the privilege to load BPF, the collector turns off with the
 reason, and the ``diskstats`` collector carries the block-latency signal instead.
 """
@@ -12,7 +15,7 @@ import importlib.util
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +24,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 from exporter.compiler_memory import captured_output, release_compiler_memory
 from exporter.errors import UnavailableError
 from exporter.paths import Paths, read_text
-from exporter.registry import CollectorConfig, Option, register
+from exporter.registry import CollectorConfig, Option, parse_switch, register
 from mco.latency_buckets import BOUNDS, SLOTS, parse_bounds
 
 if TYPE_CHECKING:
@@ -122,6 +125,35 @@ def histogram_from_slots(
     return buckets, estimated_sum
 
 
+def latency_family(
+    slots: Mapping[tuple[str, str], Mapping[int, int]],
+    bounds: tuple[float, ...] = BUCKET_BOUNDS,
+    *,
+    by_operation: bool = False,
+) -> HistogramMetricFamily:
+    """(device, operation) -> bcc slot counts, as the exported histogram family.
+
+    One histogram per device and operation with ``by_operation``; else one per device, its
+    operations' slots added first. Exact: the buckets count slots and the sum is linear in
+    them, so each summed series equals the sum of the per-operation ones.
+    """
+    merged: dict[tuple[str, ...], dict[int, int]] = defaultdict(dict)
+    for (device, operation), counts in slots.items():
+        into = merged[(device, operation) if by_operation else (device,)]
+        for slot, count in counts.items():
+            into[slot] = into.get(slot, 0) + count
+    labels = ["device", "operation"] if by_operation else ["device"]
+    family = HistogramMetricFamily(
+        "mco_block_io_latency_seconds",
+        "Block request latency from issue to completion (eBPF), by " + " and ".join(labels) + ".",
+        labels=labels,
+    )
+    for key, counts in sorted(merged.items()):
+        buckets, total = histogram_from_slots(counts, bounds)
+        family.add_metric(list(key), buckets, total)
+    return family
+
+
 @register(
     "biolatency",
     default_enabled=True,
@@ -141,12 +173,21 @@ def histogram_from_slots(
             "the set for a DetectionRuleConfig",
             check=parse_bounds,
         ),
+        Option(
+            "by-operation",
+            "false",
+            "true: one histogram per device and operation (read, write, discard, flush, "
+            "other); false (default): one per device, the operations summed",
+            check=parse_switch,
+            switch=True,
+        ),
     ),
 )
 class BiolatencyCollector:
     def __init__(self, config: CollectorConfig) -> None:
         self._sysfs = config.paths
         self._bounds = parse_bounds(config.option("buckets"))
+        self._by_operation = parse_switch(config.option("by-operation"))
         if tracefs_dir(config.paths) is None:
             looked = " or ".join(config.paths.sys(*parts) for parts in TRACEFS_UNDER_SYSFS)
             # tracefs is mode 0700: mounted but unreadable is a privilege problem, not a mount one.
@@ -211,26 +252,19 @@ class BiolatencyCollector:
         }
 
     def update(self) -> list[Metric]:
-        slots: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+        slots: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
         keys = list(self._dist.items())
         gone = self._gone({key.dev for key, _ in keys})
         for key, value in keys:
             if key.dev in gone:
                 self._dist.pop(key, None)
                 continue
-            slots[(key.dev, key.op)][key.slot] = value.value
+            operation = OPERATIONS[key.op] if key.op < len(OPERATIONS) else "other"
+            counts = slots[(self._device(key.dev), operation)]
+            counts[key.slot] = counts.get(key.slot, 0) + value.value
         for dev in gone:
             self._names.pop(dev, None)  # the number may come back as another device
-        family = HistogramMetricFamily(
-            "mco_block_io_latency_seconds",
-            "Block request latency from issue to completion (eBPF), by device and operation.",
-            labels=["device", "operation"],
-        )
-        for (dev, op), counts in sorted(slots.items()):
-            buckets, total = histogram_from_slots(counts, self._bounds)
-            operation = OPERATIONS[op] if op < len(OPERATIONS) else "other"
-            family.add_metric([self._device(dev), operation], buckets, total)
-        return [family]
+        return [latency_family(slots, self._bounds, by_operation=self._by_operation)]
 
     def close(self) -> None:
         self._bpf.cleanup()

@@ -9,10 +9,12 @@ import os
 import re
 import subprocess
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from exporter.cli import parse_settings
 from exporter.collectors.biolatency import (
     BUCKET_BOUNDS,
     DEFAULT_BUCKETS,
@@ -20,6 +22,7 @@ from exporter.collectors.biolatency import (
     BiolatencyCollector,
     histogram_from_slots,
     kernel_source,
+    latency_family,
     load_bcc,
     tracefs_dir,
 )
@@ -59,6 +62,74 @@ def test_only_the_chosen_bounds_are_exported_with_the_same_counts() -> None:
     assert all(count == full[le] for le, count in buckets)  # each kept bucket as before
     assert dict(buckets)["0.016384"] == 17 and dict(buckets)["+Inf"] == 22
     assert total == histogram_from_slots(slots)[1]  # the sum still covers every slot
+
+
+# (device, operation) -> bcc slot counts: two devices, sda with three operations in
+# different slots (fast reads, slow writes, flushes beyond the last bound).
+SLOTS_BY_OPERATION = {
+    ("sda", "read"): {4: 30, 14: 5, 15: 2},
+    ("sda", "write"): {14: 7, 16: 4, 18: 1},
+    ("sda", "flush"): {15: 3, 30: 1},
+    ("nvme0n1", "read"): {6: 100, 15: 1},
+}
+
+
+def _series(family) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {(s.name, frozenset(s.labels.items())): s.value for s in family.samples}
+
+
+@pytest.mark.parametrize("buckets", [DEFAULT_BUCKETS, "all"])
+def test_by_default_one_histogram_per_device_sums_the_operations_exactly(buckets: str) -> None:
+    bounds = parse_bounds(buckets)
+    split = _series(latency_family(SLOTS_BY_OPERATION, bounds, by_operation=True))
+    summed = _series(latency_family(SLOTS_BY_OPERATION, bounds))
+    # Each per-device series is the sum of the per-operation ones: buckets, count and sum.
+    totals: dict[tuple[str, frozenset[tuple[str, str]]], float] = defaultdict(float)
+    for (name, labels), value in split.items():
+        without = frozenset((k, v) for k, v in labels if k != "operation")
+        totals[(name, without)] += value
+    assert summed.keys() == totals.keys()
+    for key, value in summed.items():
+        assert value == pytest.approx(totals[key], rel=1e-12), key
+    assert {k for _, labels in summed for k, _ in labels} == {"device", "le"}
+    # Per device: len(bounds) + 1 buckets, a count and a sum, whatever the operations.
+    assert len(summed) == 2 * (len(bounds) + 3)
+    assert summed[("mco_block_io_latency_seconds_count", frozenset({("device", "sda")}))] == (
+        30 + 5 + 2 + 7 + 4 + 1 + 3 + 1
+    )
+    # The +Inf bucket and the sum count every slot, also those beyond the kept bounds.
+    inf = frozenset({("device", "sda"), ("le", "+Inf")})
+    assert summed[("mco_block_io_latency_seconds_bucket", inf)] == 53
+
+
+def test_by_operation_keeps_one_histogram_per_device_and_operation() -> None:
+    bounds = parse_bounds(DEFAULT_BUCKETS)
+    split = _series(latency_family(SLOTS_BY_OPERATION, bounds, by_operation=True))
+    assert {
+        (dict(labels)["device"], dict(labels)["operation"])
+        for name, labels in split
+        if name == "mco_block_io_latency_seconds_count"
+    } == set(SLOTS_BY_OPERATION)
+    for (device, operation), slots in SLOTS_BY_OPERATION.items():
+        buckets, total = histogram_from_slots(slots, bounds)
+        labels = {("device", device), ("operation", operation)}
+        for le, count in buckets:
+            key = ("mco_block_io_latency_seconds_bucket", frozenset(labels | {("le", le)}))
+            assert split[key] == count
+        assert split[("mco_block_io_latency_seconds_sum", frozenset(labels))] == total
+
+
+def test_the_by_operation_switch() -> None:
+    def value(*argv: str) -> str:
+        return parse_settings(list(argv)).options["biolatency.by-operation"]
+
+    assert value() == "false"
+    assert value("--collector.biolatency.by-operation") == "true"
+    assert value("--collector.biolatency.by-operation=true") == "true"
+    assert value("--collector.biolatency.by-operation=false") == "false"
+    with pytest.raises(SystemExit) as exited:
+        parse_settings(["--collector.biolatency.by-operation=yes"])
+    assert exited.value.code == 2
 
 
 @pytest.mark.parametrize(
@@ -184,21 +255,21 @@ def test_the_kernel_source_option_loads_the_program_without_the_environment(monk
         collector.close()
 
 
-def _collector() -> BiolatencyCollector:
-    spec = specs()["biolatency"]
-    options = {o.name: o.default for o in spec.options}
+def _collector(*, by_operation: bool = False) -> BiolatencyCollector:
+    options = _options(**{"by-operation": "true" if by_operation else "false"})
     try:
         return BiolatencyCollector(CollectorConfig(Paths(), options))
     except UnavailableError as exc:
         pytest.skip(f"biolatency cannot load on this host: {exc}")
 
 
-def _count(collector: BiolatencyCollector, operation: str) -> tuple[float, set[str]]:
+def _count(collector: BiolatencyCollector, operation: str | None) -> tuple[float, set[str]]:
+    """Requests counted for ``operation`` (None: the default shape, all operations)."""
     (family,) = collector.update()
     total = 0.0
     devices = set()
     for s in family.samples:
-        if s.name.endswith("_count") and s.labels["operation"] == operation:
+        if s.name.endswith("_count") and s.labels.get("operation") == operation:
             total += s.value
             devices.add(s.labels["device"])
     return total, devices
@@ -210,21 +281,28 @@ def test_real_ebpf_counts_direct_writes(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("loading BPF programs needs root (CAP_BPF, CAP_PERFMON)")
     collector = _collector()
+    split = _collector(by_operation=True)
     try:
-        before, _ = _count(collector, "write")
+        before, _ = _count(split, "write")
+        all_before, _ = _count(collector, None)
         subprocess.run(
             ["dd", "if=/dev/zero", f"of={tmp_path / 'blk'}", "bs=64k", "count=200", "oflag=direct"],
             check=True,
             capture_output=True,
         )
         deadline = time.monotonic() + 5
-        after, devices = _count(collector, "write")
+        after, devices = _count(split, "write")
         while after < before + 200 and time.monotonic() < deadline:
             time.sleep(0.1)
-            after, devices = _count(collector, "write")
+            after, devices = _count(split, "write")
         assert after >= before + 200, (before, after)
         assert devices and all(not d[0].isdigit() for d in devices)  # names, not major:minor
+        # The default shape: the same requests, in one histogram per device, no operation label.
+        all_after, all_devices = _count(collector, None)
+        assert all_after >= all_before + 200, (all_before, all_after)
+        assert devices <= all_devices
         (family,) = collector.update()
+        assert {k for s in family.samples for k in s.labels} == {"device", "le"}
         buckets = [s for s in family.samples if s.name.endswith("_bucket")]
         # The default bounds only (the default thresholds' brackets), and +Inf.
         assert {s.labels["le"] for s in buckets} == {
@@ -233,6 +311,7 @@ def test_real_ebpf_counts_direct_writes(tmp_path: Path) -> None:
         }
     finally:
         collector.close()
+        split.close()
 
 
 LOOP_CTL_ADD, LOOP_CTL_REMOVE = 0x4C80, 0x4C81
@@ -284,9 +363,9 @@ def test_a_device_that_goes_away_leaves_the_kernel_map(tmp_path: Path) -> None:
         finally:
             subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
         deadline = time.monotonic() + 5
-        while name not in _count(collector, "write")[1] and time.monotonic() < deadline:
+        while name not in _count(collector, None)[1] and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert name in _count(collector, "write")[1]
+        assert name in _count(collector, None)[1]
         dev = 7 << 20 | index
         assert any(key.dev == dev for key in collector._dist)
         for _ in range(50):  # the detach completes asynchronously: removal may be refused
@@ -296,7 +375,7 @@ def test_a_device_that_goes_away_leaves_the_kernel_map(tmp_path: Path) -> None:
             except OSError:
                 time.sleep(0.1)
         assert not os.path.exists(sysfs)
-        assert name not in _count(collector, "write")[1]
+        assert name not in _count(collector, None)[1]
         assert not any(key.dev == dev for key in collector._dist)
     finally:
         collector.close()

@@ -5,8 +5,11 @@ any window is exactly its slope in any PromQL engine (Prometheus extrapolates, M
 not: both give the slope), and gauges are constant. That makes the recorded values known in
 advance (``expected_inputs``) and lets two engines be compared sample for sample. Each series
 carries its own ``node`` label (the target sets none, so the label survives the scrape).
+A profile declares its latency histograms per device and operation; the fleet serves them as
+the exporter does by default, summed over operations (``served``), or per operation.
 
-Run as ``python -m tests.rulegen.fleet --port P --nodes N [--profiles a,b]``.
+Run as ``python -m tests.rulegen.fleet --port P --nodes N [--profiles a,b]``
+(``--latency-by-operation``: the per-operation histograms).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Final
 
 from exporter.collectors.biolatency import DEFAULT_BUCKETS
 from mco.latency_buckets import BOUNDS, parse_bounds
@@ -63,8 +67,12 @@ def _psi(
     return out
 
 
+HISTOGRAM: Final = "mco_block_io_latency_seconds"
+
+
 def _histogram(device: str, operation: str, rate: float, spread: Sequence[float]) -> list[Series]:
-    """``rate`` requests/s with cumulative shares ``spread`` per bucket (then all)."""
+    """``rate`` requests/s with cumulative shares ``spread`` per bucket (then all), as the
+    exporter's ``--collector.biolatency.by-operation`` serves them (``served`` sums them)."""
     out = []
     for i, bound in enumerate(BUCKETS):
         share = spread[i] if i < len(spread) else 1.0
@@ -350,6 +358,25 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def served(profile: Profile, by_operation: bool = False) -> tuple[Series, ...]:
+    """The profile's series as an exporter serves them: each device's latency histogram summed
+    over operations (its default), or one per operation (``--collector.biolatency.by-operation``).
+    Counters grow linearly, so the sum is exact: base plus base, slope plus slope."""
+    if by_operation:
+        return profile.series
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], Series] = {}
+    for s in profile.series:
+        if not s.name.startswith(f"{HISTOGRAM}_"):
+            merged[(s.name, s.labels)] = s
+            continue
+        labels = tuple(kv for kv in s.labels if kv[0] != "operation")
+        before = merged.get((s.name, labels), Series(s.name, labels, 0.0))
+        merged[(s.name, labels)] = Series(
+            s.name, labels, before.base + s.base, before.slope + s.slope
+        )
+    return tuple(merged.values())
+
+
 def node_names(count: int) -> list[str]:
     return [f"node-{i:05d}" for i in range(count)]
 
@@ -384,6 +411,7 @@ class Fleet:
         assignment: dict[str, Profile],
         start_ms: int | None = None,
         buckets: str = DEFAULT_BUCKETS,
+        by_operation: bool = False,
     ) -> None:
         self.start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
         keep = kept_bounds(buckets)
@@ -392,7 +420,7 @@ class Fleet:
             lines.append(
                 (f'mco_node_info{{node="{node}",nodename="{node}",kernel="6.1"}} ', 1.0, 0.0)
             )
-            for s in profile.series:
+            for s in served(profile, by_operation):
                 if (
                     s.name == "mco_block_io_latency_seconds_bucket"
                     and dict(s.labels)["le"] not in keep
@@ -470,11 +498,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the latency buckets served, as the exporter's --collector.biolatency.buckets "
         "(default: its default; 'all': every one)",
     )
+    parser.add_argument(
+        "--latency-by-operation",
+        action="store_true",
+        help="one latency histogram per device and operation, as the exporter's "
+        "--collector.biolatency.by-operation (default: per device, the operations summed)",
+    )
     args = parser.parse_args(argv)
     fleet = Fleet(
         assign(node_names(args.nodes), args.profiles.split(",")),
         args.start_ms,
         args.latency_buckets,
+        args.latency_by_operation,
     )
     print(f"serving {fleet.series_count} series on {args.host}:{args.port}", flush=True)
     serve(fleet, args.host, args.port)

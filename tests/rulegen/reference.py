@@ -46,9 +46,7 @@ class NodeResult:
     level: float | None = None
     score: float | None = None
     hard: dict[str, float] = field(default_factory=dict)  # exceeded, by constraint label
-    # Intermediate series: bucket rates per (device, le) summed over operations; the node set.
-    bucket_rates: dict[tuple[str, str], float] = field(default_factory=dict)
-    in_node_set: bool = False
+    in_node_set: bool = False  # the node set (an intermediate series)
 
 
 def extrapolated_rate(
@@ -214,16 +212,6 @@ def signals(obs: Sequence[Obs]) -> dict[str, float]:
     return out
 
 
-def bucket_rates(obs: Sequence[Obs]) -> dict[tuple[str, str], float]:
-    """Per (device, le string): the buckets' rates summed over operations (and copies)."""
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for o in _by(obs, "mco_block_io_latency_seconds_bucket"):
-        if o.rate is not None:
-            device, le = o.key("device", "le")
-            out[(device, le)] += o.rate
-    return dict(out)
-
-
 # The PSI signals the victims' stall replaces where a node has per-pod series.
 JUDGED = {
     "psiIOSome": ("io", "some"),
@@ -296,7 +284,7 @@ def signal_excess(config: DetectionRuleConfig, spec: Signal, value: float) -> fl
 
 def evaluate(config: DetectionRuleConfig, obs: Sequence[Obs]) -> NodeResult:
     values = signals(obs)
-    result = NodeResult(bucket_rates=bucket_rates(obs), in_node_set=bool(_by(obs, S.NODE_INFO)))
+    result = NodeResult(in_node_set=bool(_by(obs, S.NODE_INFO)))
     for key, value in values.items():
         result.signals[S.SIGNAL_SERIES.get(key) or S.CONTEXT_SERIES[key]] = value
     available = [o.last for o in _by(obs, "mco_pressure_available") if o.last is not None]
@@ -382,8 +370,6 @@ def recorded(result: NodeResult) -> dict[tuple[str, tuple[tuple[str, str], ...]]
         # Held: in a steady state (the same inputs for longer than holdFor and clearAfter, as
         # in the synthetic fleet) violated equals exceeded; ``held`` replays a history.
         out[(S.HARD_CONSTRAINT_VIOLATED, (("constraint", constraint),))] = value
-    for (device, le), value in result.bucket_rates.items():
-        out[(S.BLOCK_IO_LATENCY_BUCKET_RATE, (("device", device), ("le", le)))] = value
     if result.in_node_set:
         out[(S.NODE_SET, ())] = 1.0
     return out
@@ -406,7 +392,6 @@ RECORDED_NAMES = (
     S.SCHEDULE_SCORE,
     S.HARD_CONSTRAINT_EXCEEDED,
     S.HARD_CONSTRAINT_VIOLATED,
-    S.BLOCK_IO_LATENCY_BUCKET_RATE,
     S.NODE_SET,
 )
 

@@ -31,9 +31,10 @@ def test_counters_grow_by_their_slope_and_gauges_stay():
     assert at[0][online] == at[10][online] == 64
 
 
+@pytest.mark.parametrize("by_operation", [False, True])
 @pytest.mark.parametrize("buckets", ["all", DEFAULT_BUCKETS, "1.6e-05,0.524288"])
-def test_fewer_buckets_keep_a_valid_cumulative_histogram(buckets):
-    fleet = F.Fleet(F.assign(F.node_names(2), ["typical"]), START_MS, buckets)
+def test_fewer_buckets_keep_a_valid_cumulative_histogram(buckets, by_operation):
+    fleet = F.Fleet(F.assign(F.node_names(2), ["typical"]), START_MS, buckets, by_operation)
     values = _values(fleet.render(START_MS + 10_000))
     histograms: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for key, value in values.items():
@@ -41,13 +42,40 @@ def test_fewer_buckets_keep_a_valid_cumulative_histogram(buckets):
             le = re.search(r'le="([^"]+)"', key)
             assert le is not None
             histograms[re.sub(r',le="[^"]+"', "", key)].append((float(le.group(1)), value))
-    assert len(histograms) == 4  # 2 nodes x (read, write)
+    per_node = 2 if by_operation else 1  # nvme0n1 (read, write), or nvme0n1
+    assert len(histograms) == 2 * per_node
     for series in histograms.values():
         assert {str(b) for b, _ in series} == {str(float(le)) for le in F.kept_bounds(buckets)}
         counts = [v for _, v in sorted(series)]
         assert counts == sorted(counts)  # cumulative
     dropped = len(F.BUCKETS) + 1 - len(F.kept_bounds(buckets))
-    assert fleet.series_count == 2 * (len(F.PROFILES["typical"].series) + 1 - 2 * dropped)
+    served = F.served(F.PROFILES["typical"], by_operation)
+    assert fleet.series_count == 2 * (len(served) + 1 - per_node * dropped)
+
+
+@pytest.mark.parametrize("profile", ["typical", "busy", "idle"])
+def test_by_default_each_device_has_one_histogram_the_operations_summed(profile):
+    """As the exporter serves it by default: every histogram series is the sum of the
+    profile's per-operation ones (at any time: counters grow linearly), labels {device}."""
+    split = F.Fleet(F.assign(["n"], [profile]), START_MS, "all", by_operation=True)
+    summed = F.Fleet(F.assign(["n"], [profile]), START_MS, "all")
+    for elapsed_ms in (0, 10_000):
+        want: dict[str, float] = defaultdict(float)
+        for key, value in _values(split.render(START_MS + elapsed_ms)).items():
+            if key.startswith(F.HISTOGRAM):
+                assert 'operation="' in key
+                want[re.sub(r',?operation="[^"]+"', "", key)] += value
+        got = {
+            key: value
+            for key, value in _values(summed.render(START_MS + elapsed_ms)).items()
+            if key.startswith(F.HISTOGRAM)
+        }
+        assert got == pytest.approx(want)
+        assert want and "operation=" not in "".join(got)
+    # Everything else is served alike.
+    assert {line for line in split.lines if not line[0].startswith(F.HISTOGRAM)} == {
+        line for line in summed.lines if not line[0].startswith(F.HISTOGRAM)
+    }
 
 
 def test_the_default_is_the_exporters_default_and_a_wrong_bound_is_refused():

@@ -87,7 +87,7 @@ def _histogram(rng: random.Random) -> list[int]:
 
 
 def _obs(counts: list[int], bounds: tuple[float, ...], device: str = "sda") -> list[R.Obs]:
-    labels = {"device": device, "operation": "read"}
+    labels = {"device": device}  # the exporter's default shape: the operations summed
     out = [R.Obs("mco_block_io_latency_seconds_count", labels, rate=float(sum(counts)))]
     for i, bound in enumerate(BOUNDS):
         if bound in bounds:
