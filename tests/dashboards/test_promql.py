@@ -39,6 +39,9 @@ UNAVAILABLE_HERE = {
 def running_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir: Path = tmp_path_factory.mktemp("dashboards")
     with stack(workdir) as s:
+        # The explanation group runs every window, on its own clock: its first evaluation
+        # may come before the signals it reads exist.
+        s.prometheus.wait_for_series(series.SIGNAL_INDEX, timeout=60)
         yield s
 
 

@@ -81,7 +81,7 @@ def test_prometheus_render_is_the_victoriametrics_one_with_fresh_reads_of_earlie
                 # Only series whose rules all ran before this one, at the same timestamp.
                 assert selector.split("{")[0] in seen, (rule, selector)
             seen.add(str(rule["record"]))
-        assert reads >= 50
+        assert reads >= 40
         # Every read of a raw series is over a range: the raw gauges over the window.
         raw = [m for r in model for m in RAW.findall(str(r["expr"]))]
         assert {name.split("{")[0] for name in raw} >= {
