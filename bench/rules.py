@@ -253,6 +253,7 @@ def measure(
     rules_text: str,
     latency_buckets: str = DEFAULT_BUCKETS,
     warmup: float = DEFAULT_WARMUP_SECONDS,
+    by_operation: bool = False,
 ) -> Result:
     """Measure at ``nodes`` nodes, sampling ``seconds`` once Prometheus has scraped the fleet
     for ``warmup`` seconds (at least one window)."""
@@ -274,6 +275,7 @@ def measure(
             f"--nodes={nodes}",
             "--profiles=typical",
             f"--latency-buckets={latency_buckets}",
+            *(["--latency-by-operation"] if by_operation else []),
         ],
         name="fleet",
         log_path=workdir / "fleet.log",
@@ -374,6 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the latency buckets the fleet serves, as the exporter's "
         "--collector.biolatency.buckets (default: its default; 'all': all 21, as before issue 17)",
     )
+    parser.add_argument(
+        "--latency-by-operation",
+        action="store_true",
+        help="the fleet serves a histogram per operation, as the exporter does with "
+        "--collector.biolatency.by-operation (and did by default before issue 17): for an A/B "
+        "with --rules of an older version",
+    )
     args = parser.parse_args(argv)
     seconds = 15 if args.quick else max(1, round(args.seconds))
     if args.warmup is not None:
@@ -388,7 +397,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"bench-rules-{n}-") as tmp:
             print(f"measuring {n} nodes for {seconds}s after {warmup:g}s ...", flush=True)
-            results.append(measure(n, seconds, Path(tmp), rules_text, args.latency_buckets, warmup))
+            result = measure(
+                n,
+                seconds,
+                Path(tmp),
+                rules_text,
+                args.latency_buckets,
+                warmup,
+                args.latency_by_operation,
+            )
+            results.append(result)
     print(
         f"\nwall clock (prometheus_rule_group_last_duration_seconds):\n"
         f"{'nodes':>6} {'median ms':>10} {'p95 ms':>8} {'max ms':>8} {'baseline ms':>12} "
