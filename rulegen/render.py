@@ -33,7 +33,7 @@ ENGINES: Final[tuple[Engine, ...]] = ("prometheus", "victoriametrics")
 DEFAULT_ENGINE: Final[Engine] = "prometheus"
 # The group whose rules read series recorded earlier in the same evaluation.
 MODEL_GROUP: Final = "mco.rules"
-# The group of explanations (signal indices), evaluated every window from the model's series.
+# The group of what explains without deciding (signal indices, context series), every window.
 EXPLAIN_GROUP: Final = "mco.explain"
 
 
@@ -248,7 +248,7 @@ def fresh_reads(groups: str, evaluation_interval: int) -> str:
                 out.append(_fresh_line(line, written, window))
         return out
 
-    return _in_model_group(groups, rewrite)
+    return _in_group(groups, rewrite)
 
 
 # An instant read of a raw exporter series (recorded names have a colon before ``mco_``), with
@@ -279,7 +279,7 @@ def windowed_raw_reads(groups: str, window: str) -> str:
             for line in body
         ]
 
-    return _in_model_group(groups, rewrite)
+    return _in_group(groups, rewrite)
 
 
 def explained_reads(groups: str, evaluation_interval: int) -> str:
@@ -303,29 +303,31 @@ def explained_reads(groups: str, evaluation_interval: int) -> str:
             for line in body
         ]
 
-    return _in_model_group(groups, rewrite, EXPLAIN_GROUP)
+    return _in_group(groups, rewrite, EXPLAIN_GROUP)
 
 
 def _group_lines(groups: str, name: str) -> list[str]:
     lines = groups.splitlines(keepends=True)
+    start, end = _group_span(lines, name)
+    return lines[start:end]
+
+
+def _group_span(lines: list[str], name: str) -> tuple[int, int]:
+    """The line range of group ``name`` (from its ``- name:`` line to the next group's)."""
     start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {name}")
     end = next(
         (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
         len(lines),
     )
-    return lines[start:end]
+    return start, end
 
 
-def _in_model_group(
+def _in_group(
     groups: str, rewrite: Callable[[list[str]], list[str]], name: str = MODEL_GROUP
 ) -> str:
     """``groups`` with the lines of group ``name``'s rules passed through ``rewrite``."""
     lines = groups.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {name}")
-    end = next(
-        (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("- name: ")),
-        len(lines),
-    )
+    start, end = _group_span(lines, name)
     return "".join(lines[:start] + rewrite(lines[start:end]) + lines[end:])
 
 
