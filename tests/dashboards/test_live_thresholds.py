@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from rulegen.catalog import CATALOG
 from rulegen.model import DetectionRuleConfig, Threshold
 from rulegen.render import render_rules
 from tests.dashboards.boards import dashboards, live_lines, panels
+from tests.promtool import assert_promtool_passes
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
@@ -100,25 +100,12 @@ def test_every_threshold_line_reads_the_config_in_force(tmp_path: Path) -> None:
         tests.append({"expr": expr, "eval_time": "10s", "exp_samples": [want]})
     rule_file = tmp_path / "rules.yaml"
     rule_file.write_text(yaml.safe_dump(rules))
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [rule_file.name],
-                "evaluation_interval": "1s",
-                "tests": [{"interval": "1s", "input_series": [], "promql_expr_test": tests}],
-            }
-        )
-    )
-    result = subprocess.run(
-        ["promtool", "test", "rules", suite.name],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    suite = {
+        "rule_files": [rule_file.name],
+        "evaluation_interval": "1s",
+        "tests": [{"interval": "1s", "input_series": [], "promql_expr_test": tests}],
+    }
+    assert_promtool_passes(tmp_path, suite)
 
 
 def _labels(selector: str) -> dict[str, str]:

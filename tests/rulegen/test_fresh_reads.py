@@ -8,8 +8,6 @@ Prometheus render."""
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -24,6 +22,7 @@ from rulegen.render import (
     render_rules,
     windowed_raw_reads,
 )
+from tests.promtool import assert_promtool_passes
 
 SUITES = Path(__file__).with_name("promtool")
 FRESH = re.compile(r"last_over_time\(([^()\[\]]+)\[(\d+)ms\]\)")
@@ -32,20 +31,6 @@ RAW = re.compile(r"last_over_time\((mco_[^()\[\]]+)\[10s\]\)")
 EXPLAINED = re.compile(r"last_over_time\(([^()\[\]]+)\[2s\]\)")
 # A raw exporter series read at an instant (not over a range).
 RAW_INSTANT = re.compile(r"(?<![\w:])mco_[a-z0-9_]+(\{[^{}]*\})?(?![\w:{]|\s*\[)")
-
-
-def assert_promtool_passes(tmp_path: Path, suite: Mapping[str, object]) -> None:
-    """``promtool test rules`` on ``suite`` (rules.yaml beside it) reports no failure."""
-    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "suite.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def at(seconds: int, name: str, value: float | None) -> dict[str, object]:

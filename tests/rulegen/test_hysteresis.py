@@ -10,7 +10,6 @@ installed promtool). docs/detection-model.md ("Hysteresis") says what changes wi
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 from rulegen import series as S
 from rulegen.model import DetectionRuleConfig, from_spec
 from rulegen.render import render_rules
+from tests.promtool import assert_promtool_passes
 from tests.rulegen.reference import held
 
 END = 140  # seconds of input; every evaluation from 0 to END is checked
@@ -103,16 +103,7 @@ def promtool_violated(tmp_path: Path, config: DetectionRuleConfig) -> dict[str, 
         ],
     }
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(violated_rule(config), sort_keys=False))
-    (tmp_path / "hold.test.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "hold.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert_promtool_passes(tmp_path, suite, "hold.test.yaml")
     return expected
 
 
