@@ -1,12 +1,15 @@
 """Measure the contention model's points on this machine (`python -m bench.placement.measure`).
 
-Two sweeps, each step held ``--hold`` seconds and read over its last 10 s:
+Two sweeps; each step holds its load ``--hold`` seconds, then reads ``--windows`` windows of
+10 s one after the other and keeps each figure's median (one busy window on a shared machine
+must not set a point):
 - I/O: ``stress-ng --hdd K`` for K writers; PSI io some (``/proc/pressure/io``) and the mean
   block request latency of the busiest disk (``/proc/diskstats``: ms spent / requests done).
 - Memory: a writer whose file is R times a 64 MiB memory cgroup's limit, rewritten in a loop
   (page cache that does not fit: reclaim, refaults); PSI memory some and full.
-The machine is shared: the load average before and after each step is recorded with it, so a
-reader can tell a quiet measurement from a busy one. Writes JSON that ``model.py`` reads.
+The machine is shared: the load average of each step is recorded with it, and the range over
+the sweep in ``conditions``, so a reader can tell a quiet measurement from a busy one. Writes
+JSON that ``model.py`` reads.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -46,8 +50,7 @@ def _disks() -> dict[str, tuple[float, float]]:
     return out
 
 
-def _sample(hold: float) -> dict[str, float]:
-    time.sleep(max(0.0, hold - WINDOW))
+def _window() -> dict[str, float]:
     load_before = os.getloadavg()[0]
     io0, mem0, d0 = _psi("io"), _psi("memory"), _disks()
     time.sleep(WINDOW)
@@ -67,14 +70,21 @@ def _sample(hold: float) -> dict[str, float]:
     }
 
 
-def io_sweep(workdir: Path, workers: list[int], hold: float) -> list[dict[str, Any]]:
+def _sample(hold: float, windows: int) -> dict[str, float]:
+    """Each figure's median over ``windows`` consecutive windows, after ``hold - WINDOW`` s."""
+    time.sleep(max(0.0, hold - WINDOW))
+    taken = [_window() for _ in range(windows)]
+    return {key: statistics.median(w[key] for w in taken) for key in taken[0]}
+
+
+def io_sweep(workdir: Path, workers: list[int], hold: float, windows: int) -> list[dict[str, Any]]:
     points = []
     for k in workers:
         load = io_stress(workdir / f"io{k}", workers=k) if k else None
         if load:
             load.start()
         try:
-            points.append({"hdd_workers": k, **_sample(hold)})
+            points.append({"hdd_workers": k, **_sample(hold, windows)})
         finally:
             if load:
                 load.stop()
@@ -83,7 +93,9 @@ def io_sweep(workdir: Path, workers: list[int], hold: float) -> list[dict[str, A
     return points
 
 
-def memory_sweep(workdir: Path, ratios: list[float], hold: float) -> list[dict[str, Any]]:
+def memory_sweep(
+    workdir: Path, ratios: list[float], hold: float, windows: int
+) -> list[dict[str, Any]]:
     require_stress_ng()
     points = []
     for ratio in ratios:
@@ -97,7 +109,7 @@ def memory_sweep(workdir: Path, ratios: list[float], hold: float) -> list[dict[s
             load = Managed(["/bin/sh", "-c", script], name="ws", log_path=workdir / "ws.log")
             load.start()
             try:
-                points.append({"working_set_over_limit": ratio, **_sample(hold)})
+                points.append({"working_set_over_limit": ratio, **_sample(hold, windows)})
             finally:
                 load.stop()
                 target.unlink(missing_ok=True)
@@ -110,14 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.placement.measure")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("measured.json"))
     parser.add_argument("--hold", type=float, default=14.0)
+    parser.add_argument("--windows", type=int, default=3, help="10 s windows per step (median)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
-        io = io_sweep(Path(tmp), [0, 1, 2, 4], args.hold)
-        memory = memory_sweep(Path(tmp), [0.5, 1.0, 2.0, 4.0, 6.0], args.hold)
+        io = io_sweep(Path(tmp), [0, 1, 2, 4, 6, 8], args.hold, args.windows)
+        memory = memory_sweep(Path(tmp), [0.5, 1.0, 2.0, 4.0, 6.0], args.hold, args.windows)
+    loads = [p["loadavg1"] for p in [*io, *memory]]
     result = {
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{platform.node()}: {os.cpu_count()} CPUs, Linux {platform.release()}",
-        "conditions": "shared with other engineers' tests; loadavg1 per point",
+        "conditions": (
+            f"median of {args.windows} windows of {WINDOW:.0f} s per step; "
+            f"loadavg1 {min(loads)}-{max(loads)} over the sweep (the load includes the step's own)"
+        ),
         "io": io,
         "memory": {"cgroup_limit_bytes": LIMIT, "points": memory},
     }

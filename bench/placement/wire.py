@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from bench.placement.trace import PodSpec
+from tests.extender import bodies
 
 Json = dict[str, Any]
 
@@ -47,35 +48,10 @@ def pod_object(pod: PodSpec, node: str = "", uid: str = "") -> Json:
 
 
 def task_info(pod: PodSpec, node: str = "", status: int = 1, uid: str = "") -> Json:
-    """A TaskInfo in Go's field order (TransactionContext's fields promoted in its place)."""
+    """A TaskInfo in Go's field order, as Volcano sends it (the tests' builder)."""
     req = {"MilliCPU": pod.demand.cpu * 1000, "Memory": pod.demand.memory * 2**30}
-    return {
-        "UID": uid or f"uid-{pod.name}",
-        "Job": f"bench/{pod.name}",
-        "Name": pod.name,
-        "TaskRole": "",
-        "Namespace": "bench",
-        "TaskType": "",
-        "Resreq": req,
-        "InitResreq": req,
-        "NodeName": node,
-        "EvictionOccurred": False,
-        "JobAllocatedHyperNode": "",
-        "Status": status,
-        "LastTransaction": None,
-        "Priority": 0,
-        "VolumeReady": False,
-        "Preemptable": False,
-        "BestEffort": False,
-        "HasRestartableInitContainer": False,
-        "SchGated": False,
-        "RevocableZone": "",
-        "NumaInfo": None,
-        "PodVolumes": None,
-        "Pod": pod_object(pod, node, uid),
-        "PodAnnotations": {},
-        "CustomBindErrHandlerSucceeded": False,
-    }
+    obj = pod_object(pod, node, uid)
+    return bodies.task_info(obj, status=status, node_name=node, req=req, job=f"bench/{pod.name}")
 
 
 def node_object(name: str) -> Json:

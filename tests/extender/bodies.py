@@ -520,13 +520,17 @@ def node(name: str, *, kata: bool | None = None, images: int = 40, seed: int = 0
     }
 
 
-def task_info(p: Json, *, status: int = 1, node_name: str = "") -> Json:
-    """A Volcano TaskInfo (Go field names, every key present) wrapping a full Pod."""
+def task_info(
+    p: Json, *, status: int = 1, node_name: str = "", req: Json | None = None, job: str = ""
+) -> Json:
+    """A Volcano TaskInfo wrapping a full Pod: Go's field names, every key present, in Go's
+    declaration order (the extender finds a NodeInfo's tasks by that order in the raw body).
+    ``req`` defaults to a 4-CPU, 16 GiB, 1-GPU worker; ``job`` to the pod's Volcano job label."""
     meta = p["metadata"]
-    req = resource(4000, 17179869184, gpus=1)
+    req = req if req is not None else resource(4000, 17179869184, gpus=1)
     return {
         "UID": meta["uid"],
-        "Job": f"{meta['namespace']}/{meta['labels']['volcano.sh/job-name']}",
+        "Job": job or f"{meta['namespace']}/{meta['labels']['volcano.sh/job-name']}",
         "Name": meta["name"],
         "Namespace": meta["namespace"],
         "TaskRole": "worker",
