@@ -29,6 +29,9 @@ from scripts.stress import io_stress, memory_cgroup, require_stress_ng
 
 LIMIT = 64 * 2**20
 WINDOW = 10.0
+IO_WORKERS = [0, 1, 2, 4, 6, 8]
+# Denser around 1x: the knee where the working set stops fitting.
+MEMORY_RATIOS = [0.5, 0.75, 0.9, 1.0, 1.25, 2.0, 4.0, 6.0]
 
 
 def _psi(resource: str) -> dict[str, float]:
@@ -123,10 +126,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("measured.json"))
     parser.add_argument("--hold", type=float, default=14.0)
     parser.add_argument("--windows", type=int, default=3, help="10 s windows per step (median)")
+    parser.add_argument(
+        "--sweeps",
+        default="io,memory",
+        help="sweeps to run; the others keep their points from --out",
+    )
     args = parser.parse_args(argv)
+    sweeps = set(args.sweeps.split(","))
+    kept = json.loads(args.out.read_text()) if args.out.exists() else {}
     with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
-        io = io_sweep(Path(tmp), [0, 1, 2, 4, 6, 8], args.hold, args.windows)
-        memory = memory_sweep(Path(tmp), [0.5, 1.0, 2.0, 4.0, 6.0], args.hold, args.windows)
+        io = (
+            io_sweep(Path(tmp), IO_WORKERS, args.hold, args.windows)
+            if "io" in sweeps
+            else kept["io"]
+        )
+        memory = (
+            memory_sweep(Path(tmp), MEMORY_RATIOS, args.hold, args.windows)
+            if "memory" in sweeps
+            else kept["memory"]["points"]
+        )
     loads = [p["loadavg1"] for p in [*io, *memory]]
     result = {
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
