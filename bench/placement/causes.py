@@ -14,7 +14,9 @@ the cause is read from the pods on that node:
   (MCO's score let more load onto an interfered node, which keeps it triggered longer);
 - ``seen``: otherwise, at least one aggressor came while the level was above 0 (MCO saw
   some pressure and the node still won the score);
-- ``other``: no aggressor of that resource runs there (other pods' side effects).
+- ``other``: no aggressor of that resource runs there (other pods' side effects);
+- ``pending``: the online pod was waiting to be bound (a pod MCO keeps pending is not
+  protected, so each of its pending seconds counts as exposed).
 
 Aggressors are batch and best-effort pods whose profile loads the resource (``AGGRESSOR_OF``).
 """
@@ -27,7 +29,7 @@ from typing import Any
 from bench.placement.trace import PodSpec
 
 AGGRESSOR_OF = {"io": "io-heavy", "memory": "memory-heavy", "cache": "cache-heavy"}
-CAUSES = ("online-late", "unseen", "piled-on", "seen", "other")
+CAUSES = ("online-late", "unseen", "piled-on", "seen", "other", "pending")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class Causes:
             self.seconds["unseen"] += dt
         else:
             self.seconds["seen"] += dt
+
+    def pending(self, dt: float) -> None:
+        self.seconds["pending"] += dt
 
     def shares(self) -> dict[str, float]:
         total = sum(self.seconds.values())

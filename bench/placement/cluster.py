@@ -6,6 +6,7 @@ and what the contention model needs (the demands of the pods running on each nod
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -81,13 +82,16 @@ class Cluster:
         n.generation += 1
 
     def herding(self, burst_size: int) -> float:
-        """Most pods of one burst on one node, over an even spread (ceil(burst / nodes))."""
+        """Most pods of one burst on one node, over an even spread (ceil(burst / nodes)); nan
+        when no burst pod was placed (nothing measured, which must not pass as no herding)."""
         even = -(-burst_size // len(self.nodes))
         per_burst: dict[int, Counter[str]] = {}
         for p in self.placements.values():
             if p.pod.burst is not None:
                 per_burst.setdefault(p.pod.burst, Counter())[p.node] += 1
-        most = max((c.most_common(1)[0][1] for c in per_burst.values()), default=0)
+        if not per_burst:
+            return math.nan
+        most = max(c.most_common(1)[0][1] for c in per_burst.values())
         return most / even
 
 

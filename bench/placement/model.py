@@ -146,7 +146,8 @@ def signals(demands: Sequence[Demand], model: Model | None = None) -> Signals:
 
 
 def inflation(sensitive_to: str, s: Signals) -> float:
-    """Modeled p99 latency inflation of an online pod sensitive to one resource.
+    """Modeled slowdown of an online pod sensitive to one resource (a mean stretch of its work;
+    the benchmark takes percentiles of it: `slowdown p99`, `qos kept`).
 
     I/O and memory: a pod that stalls a share p of its time on the resource takes 1/(1-p) as
     long (PSI some is exactly that share for the tasks that wait). Cache: each miss beyond the

@@ -5,8 +5,10 @@ clusters at once, one per (policy set, protocol). Each cluster's node signals co
 contention model (docs/placement-model.md) and are served as mco-exporter series to a real
 Prometheus evaluating the generated rules; the real mco-reporter writes the report and the real
 mco-extender answers the scheduler. Exposure is read back from that pipeline (the extender's
-/v1/nodes: which detections are triggered on each node); latency inflation from the model.
-Targets: exposure(MCO, everything on) / exposure(no extender) <= 0.5 and herding <= 2.
+/v1/nodes: which detections are triggered on each node); the modeled slowdown from the model.
+Targets: exposure(MCO, everything on) / exposure(no extender) <= 0.5 and herding <= 2; a run
+that was no valid measurement (the loop fell behind the trace, the pipeline was not sampled,
+the default scheduler saw no interference) exits 2 whatever its figures.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ HERDING_TARGET = 2.0
 DETECTION_OF = {"io": "io_congestion", "memory": "memory_pressure", "cache": "cache_pollution"}
 TICK = 0.5
 RETRY_AFTER = 5.0  # an unschedulable pod is tried again after this (kube's backoff: 1-10 s)
+# After the trace, the loop runs on (no new arrivals) until every pending pod was retried at
+# least once, for at most this long: pending at the end are then pods that stay pending.
+DRAIN_LIMIT = 3 * RETRY_AFTER
+MIN_SAMPLED = 0.9  # sampled / expected online pod-seconds under this: the run is invalid
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,15 @@ class Run:
     retry_at: dict[str, float] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
-    online_seconds: float = 0.0
+    online_seconds: float = 0.0  # running and pending online pod-seconds: exposure's denominator
     exposed_seconds: float = 0.0
-    inflations: list[float] = field(default_factory=list)
+    pending_online_seconds: float = 0.0
+    sampled_online_seconds: float = 0.0  # every online pod that arrived, starting ones too
+    observed_at: float = 0.0  # when the last observation was (seconds after t0)
+    slowdowns: list[float] = field(default_factory=list)  # per online running pod-second
+    slowdowns_of: dict[str, list[float]] = field(default_factory=dict)  # per online pod
+    lags: list[float] = field(default_factory=list)  # how late each arrival was handled
+    tries: dict[str, int] = field(default_factory=dict)
     flips: int = 0
     last_schedulable: dict[str, bool] = field(default_factory=dict)
     view: dict[str, dict[str, Any]] = field(default_factory=dict)  # the pipeline's last /v1/nodes
@@ -136,7 +148,9 @@ def idle() -> Signals:
 async def step(run: Run, now: float, startup: float) -> None:
     c = run.cluster
     while run.arrivals and run.arrivals[0].arrival <= now:
-        c.pending.append(run.arrivals.pop(0))
+        pod = run.arrivals.pop(0)
+        run.lags.append(now - pod.arrival)
+        c.pending.append(pod)
     changed: set[str] = set()
     for p in list(c.placements.values()):
         name = p.pod.name
@@ -156,6 +170,7 @@ async def step(run: Run, now: float, startup: float) -> None:
             still.append(pod)
             continue
         c.attempts += 1
+        run.tries[pod.name] = run.tries.get(pod.name, 0) + 1
         node = await run.scheduler.place(c, pod, run.rng)
         if node is None:
             c.unschedulable_attempts += 1
@@ -171,10 +186,20 @@ async def step(run: Run, now: float, startup: float) -> None:
         run.fleet.set(node, c.nodes[node].signals())
 
 
-def observe(runs: list[Run], views: dict[str, dict[str, dict[str, Any]]], dt: float) -> None:
-    """One second of exposure, inflation and flips, from what the pipelines show."""
+def observe(runs: list[Run], views: dict[str, dict[str, dict[str, Any]]], now: float) -> None:
+    """Exposure, slowdown and flips since the last observation (``now`` is seconds after t0:
+    the time since the run's last one is what each state seen now counts for), from what the
+    pipelines show. A pending online pod counts as exposed: it is not protected."""
     for run in runs:
+        dt, run.observed_at = now - run.observed_at, now
         view = run.view = views[run.policy.pipeline]
+        for pod in run.cluster.pending:
+            if pod.online:
+                run.online_seconds += dt
+                run.exposed_seconds += dt
+                run.pending_online_seconds += dt
+                run.sampled_online_seconds += dt
+                run.causes.pending(dt)
         for name, node in run.cluster.nodes.items():
             entry = view.get(name)
             if entry is None:
@@ -184,6 +209,9 @@ def observe(runs: list[Run], views: dict[str, dict[str, dict[str, Any]]], dt: fl
             if last is not None and last != schedulable:
                 run.flips += 1
             run.last_schedulable[name] = schedulable
+            run.sampled_online_seconds += dt * sum(
+                p.online for n, p in node.placed.items() if n not in node.running
+            )
             if not node.running:
                 continue
             sig = node.signals()
@@ -191,12 +219,15 @@ def observe(runs: list[Run], views: dict[str, dict[str, dict[str, Any]]], dt: fl
                 if not pod.online:
                     continue
                 run.online_seconds += dt
+                run.sampled_online_seconds += dt
                 detection = DETECTION_OF[pod.profile]
                 state = (entry.get("detections") or {}).get(detection) or {}
                 if state.get("triggered"):
                     run.exposed_seconds += dt
                     run.causes.exposed(pod, detection, list(node.running.values()), dt)
-                run.inflations.append(inflation(pod.profile, sig))
+                slowdown = inflation(pod.profile, sig)
+                run.slowdowns.append(slowdown)
+                run.slowdowns_of.setdefault(pod.name, []).append(slowdown)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -217,7 +248,26 @@ def workdir(path: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def summary(runs: list[Run], shape: TraceShape, cpu: dict[str, float]) -> list[dict[str, Any]]:
+def expected_online_seconds(run: Run) -> float:
+    """Online pod-seconds the trace puts inside the observed time: every online pod (bound,
+    pending or not yet handled) from its arrival on."""
+    pods = [*(p.pod for p in run.cluster.placements.values()), *run.cluster.pending, *run.arrivals]
+    end = run.observed_at
+    return sum(max(0.0, min(end, p.arrival + p.lifetime) - p.arrival) for p in pods if p.online)
+
+
+def qos_kept(run: Run, target: float) -> float:
+    """The share of online pods whose own p99 modeled slowdown is at or under ``target``; an
+    online pod still pending at the end that never ran counts as not kept."""
+    never_ran = [p for p in run.cluster.pending if p.online and p.name not in run.slowdowns_of]
+    kept = sum(percentile(s, 0.99) <= target for s in run.slowdowns_of.values())
+    total = len(run.slowdowns_of) + len(never_ran)
+    return kept / total if total else math.nan
+
+
+def summary(
+    runs: list[Run], shape: TraceShape, cpu: dict[str, float], qos_slowdown: float = 1.2
+) -> list[dict[str, Any]]:
     rows = []
     decisions_by_pipeline: dict[str, int] = {}
     for run in runs:
@@ -232,6 +282,7 @@ def summary(runs: list[Run], shape: TraceShape, cpu: dict[str, float]) -> list[d
             if run.policy.extender and decisions_by_pipeline.get(run.policy.pipeline)
             else None
         )
+        expected = expected_online_seconds(run)
         rows.append(
             {
                 "run": run.label,
@@ -239,10 +290,14 @@ def summary(runs: list[Run], shape: TraceShape, cpu: dict[str, float]) -> list[d
                 if run.online_seconds
                 else math.nan,
                 "online_pod_seconds": round(run.online_seconds),
-                "p99_inflation": percentile(run.inflations, 0.99),
-                "mean_inflation": sum(run.inflations) / len(run.inflations)
-                if run.inflations
+                "pending_online_share": run.pending_online_seconds / run.online_seconds
+                if run.online_seconds
                 else math.nan,
+                "slowdown_p99": percentile(run.slowdowns, 0.99),
+                "slowdown_mean": sum(run.slowdowns) / len(run.slowdowns)
+                if run.slowdowns
+                else math.nan,
+                "qos_kept": qos_kept(run, qos_slowdown),
                 "herding": c.herding(shape.burst_size),
                 "flips": run.flips,
                 "placed": placed,
@@ -251,6 +306,10 @@ def summary(runs: list[Run], shape: TraceShape, cpu: dict[str, float]) -> list[d
                 "unschedulable_attempts": c.unschedulable_attempts,
                 "decision_ms": run.scheduler.seconds / max(run.scheduler.decisions, 1) * 1e3,
                 "extender_cpu_ms": cpu_per,
+                "lag_max_s": max(run.lags, default=math.nan),
+                "lag_p95_s": percentile(run.lags, 0.95),
+                "untried": len(run.arrivals),
+                "sampled": run.sampled_online_seconds / expected if expected else math.nan,
                 "exposed_by_cause": run.causes.shares(),
             }
         )
@@ -358,27 +417,80 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                             else None,
                         )
                     )
+                # Pods bound before the first observation see the pipeline as it is at t0.
+                views = views_of(pipelines)
+                for run in runs:
+                    run.view = views[run.policy.pipeline]
                 cpu0 = {n: p.cpu_seconds() for n, p in pipelines.items()}
                 t0 = time.monotonic()
                 next_observe = 1.0
                 last_progress = 0.0
-                while (now := time.monotonic() - t0) < shape.duration:
+                while not done(runs, now := time.monotonic() - t0, shape.duration):
                     for run in runs:
-                        await step(run, now, args.startup)
+                        await step(run, time.monotonic() - t0, args.startup)
                     if now >= next_observe:
-                        views = {n: {e["name"]: e for e in p.nodes()} for n, p in pipelines.items()}
-                        observe(runs, views, 1.0)
-                        next_observe += 1.0
+                        views = views_of(pipelines)
+                        observe(runs, views, time.monotonic() - t0)
+                        next_observe = max(next_observe + 1.0, now)
                     if now - last_progress >= 30:
                         last_progress = now
                         placed = ", ".join(f"{r.label} {len(r.cluster.placements)}" for r in runs)
                         print(f"  t={now:4.0f}s placed: {placed}", flush=True)
                     await asyncio.sleep(max(0.0, TICK - (time.monotonic() - t0 - now)))
                 cpu = {n: p.cpu_seconds() - cpu0[n] for n, p in pipelines.items()}
-                return summary(runs, shape, cpu)
+                return summary(runs, shape, cpu, args.qos_slowdown)
         finally:
             for p in pipelines.values():
                 p.stop()
+
+
+def views_of(pipelines: dict[str, Pipeline]) -> dict[str, dict[str, dict[str, Any]]]:
+    return {n: {e["name"]: e for e in p.nodes()} for n, p in pipelines.items()}
+
+
+def done(runs: list[Run], now: float, duration: float) -> bool:
+    """After the trace, once every arrival was tried and every pending pod retried at least
+    once (or ``DRAIN_LIMIT`` later): pods that arrived in its last seconds are not counted
+    pending only for being inside their first backoff."""
+    if now < duration:
+        return False
+    if now >= duration + DRAIN_LIMIT:
+        return True
+    return all(
+        not r.arrivals and all(r.tries.get(p.name, 0) >= 2 for p in r.cluster.pending) for r in runs
+    )
+
+
+def invalid(rows: list[dict[str, Any]], max_lag: float, min_default_exposure: float) -> list[str]:
+    """Why one seed's run was no valid measurement (nothing when it was)."""
+    reasons = []
+    worst = max(rows, key=lambda r: -1.0 if math.isnan(r["lag_max_s"]) else r["lag_max_s"])
+    if worst["lag_max_s"] > max_lag:
+        reasons.append(
+            f"an arrival handled {worst['lag_max_s']:.1f} s late in {worst['run']} "
+            f"(--max-lag {max_lag:g})"
+        )
+    for r in rows:
+        if r["untried"]:
+            reasons.append(f"{r['run']} left {r['untried']} arrivals untried")
+    sparse = [r for r in rows if not r["sampled"] >= MIN_SAMPLED]
+    if sparse:
+        r = min(sparse, key=lambda r: -1.0 if math.isnan(r["sampled"]) else r["sampled"])
+        reasons.append(
+            f"{r['run']} sampled {r['sampled']:.2f} of the online pod-seconds expected "
+            f"(under {MIN_SAMPLED:g})"
+        )
+    base = next(r["exposure"] for r in rows if r["run"] == "default/none")
+    if not base >= min_default_exposure:
+        reasons.append(
+            f"default exposure {base:.3f} under --min-default-exposure {min_default_exposure:g}"
+        )
+    ratio, herding = figures(rows)
+    if math.isnan(herding):
+        reasons.append("no burst pod placed by mco-full (herding nan)")
+    if math.isnan(ratio):
+        reasons.append("no exposure ratio (nan)")
+    return reasons
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,6 +544,27 @@ def main(argv: list[str] | None = None) -> int:
         help="also run mco-full with these policy fields set, as mco-NAME on its own pipeline, "
         "on the same trace at the same time (repeatable; an A/B under the same load)",
     )
+    parser.add_argument(
+        "--max-lag",
+        type=float,
+        default=5.0,
+        help="the run is invalid (exit 2) when an arrival is handled more than this many "
+        "seconds after its trace time",
+    )
+    parser.add_argument(
+        "--min-default-exposure",
+        type=float,
+        default=0.05,
+        help="the run is invalid (exit 2) when the default scheduler's exposure is under this "
+        "(too little interference for a ratio to mean anything)",
+    )
+    parser.add_argument(
+        "--qos-slowdown",
+        type=float,
+        default=1.2,
+        help="qos kept: the share of online pods whose own p99 modeled slowdown is at or "
+        "under this",
+    )
     parser.add_argument("--workdir", type=Path, help="keep logs and configs here")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
@@ -445,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     args.protocols = [p for p in protocols.split(",") if p]
     seeds = [args.seed + i for i in range(args.seeds)]
     results: dict[int, list[dict[str, Any]]] = {}
+    reasons: list[str] = []
     for seed in seeds:
         args.seed = seed
         where = args.workdir / f"seed-{seed}" if args.workdir and len(seeds) > 1 else args.workdir
@@ -455,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(seeds) > 1:
             ratio, herding = figures(rows)
             print(f"seed {seed}: exposure mco/default = {ratio:.2f}, herding = {herding:.2f}")
+        print(qos_line(seed, rows, args.qos_slowdown))
+        why = invalid(rows, args.max_lag, args.min_default_exposure)
+        reasons += [f"seed {seed}: {w}" if len(seeds) > 1 else w for w in why]
         for v in args.variants:
             ratio, herding = figures(rows, v.name)
             print(f"seed {seed}: {v.name}: exposure ratio {ratio:.2f}, herding {herding:.2f}")
@@ -476,8 +613,32 @@ def main(argv: list[str] | None = None) -> int:
             f"(min {min(ratios):.2f}, max {max(ratios):.2f}), herding mean {herding:.2f} "
             f"(min {min(herdings):.2f}, max {max(herdings):.2f})"
         )
+    if reasons:
+        print(f"invalid run: {'; '.join(reasons)}")
     print(f"placement: exposure mco/default = {ratio:.2f}, herding max/even = {herding:.2f}")
-    return 0 if ratio <= EXPOSURE_TARGET and herding <= HERDING_TARGET else 1
+    return exit_code(ratio, herding, reasons)
+
+
+def exit_code(ratio: float, herding: float, reasons: list[str]) -> int:
+    """2 for an invalid run; else 0 when both targets are met as printed (2 decimals)."""
+    if reasons:
+        return 2
+    return 0 if round(ratio, 2) <= EXPOSURE_TARGET and round(herding, 2) <= HERDING_TARGET else 1
+
+
+def qos_line(seed: int, rows: list[dict[str, Any]], target: float) -> str:
+    """One seed's qos kept, mco-full against the default, with the run's timing figures."""
+    by = {r["run"]: r for r in rows}
+    mco = by.get("mco-full/kube") or by[next(r for r in by if r.startswith("mco-full/"))]
+    base = by["default/none"]
+    lag = max((r["lag_max_s"] for r in rows), default=math.nan)
+    sampled = min((r["sampled"] for r in rows), default=math.nan)
+    return (
+        f"seed {seed}: qos kept (own p99 slowdown <= {target:g}): {mco['run']} "
+        f"{mco['qos_kept']:.2f}, default {base['qos_kept']:.2f}; pending online share "
+        f"{mco['pending_online_share']:.3f} vs {base['pending_online_share']:.3f}; arrival lag "
+        f"max {lag:.1f} s; sampled >= {sampled:.2f} of expected online pod-seconds"
+    )
 
 
 def overrides_of(
