@@ -1,6 +1,6 @@
 """A scrape target whose nodes' signals change as pods come and go.
 
-The series are built with the synthetic fleet's helpers (tests/rulegen/fleet.py: the exporter's
+The series are built with the synthetic fleet's helpers (scripts/fleet_series.py: the exporter's
 own metric names and labels, one ``node`` label per series), but each node's rates can change:
 a counter keeps its value when its slope changes, so ``rate()`` over a window that spans the
 change is what a real exporter's counter would give.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.placement.model import NODE_CPU, Signals
-from tests.rulegen.fleet import Series, _common, _disk, _memory, _psi, _s
+from scripts.fleet_series import Series, common, disk, memory, psi, series
 
 DISK_REQUESTS = 200.0  # completed requests/s of the simulated data disk
 LLC_REFERENCES = 1e9  # LLC references/s
@@ -24,12 +24,12 @@ LLC_REFERENCES = 1e9  # LLC references/s
 def node_series(s: Signals) -> list[Series]:
     """One node's raw series for these signals, as the exporter names them."""
     return [
-        *_common(int(NODE_CPU)),
-        *_psi(0.01, s.psi_io_some, s.psi_io_full, s.psi_memory_some, s.psi_memory_full),
-        _s("mco_llc_references_total", 0, LLC_REFERENCES),
-        _s("mco_llc_misses_total", 0, LLC_REFERENCES * s.llc_miss_ratio),
-        *_disk("vda", s.block_latency_seconds * DISK_REQUESTS, DISK_REQUESTS),
-        *_memory(s.memory_available_ratio),
+        *common(int(NODE_CPU)),
+        *psi(0.01, s.psi_io_some, s.psi_io_full, s.psi_memory_some, s.psi_memory_full),
+        series("mco_llc_references_total", 0, LLC_REFERENCES),
+        series("mco_llc_misses_total", 0, LLC_REFERENCES * s.llc_miss_ratio),
+        *disk("vda", s.block_latency_seconds * DISK_REQUESTS, DISK_REQUESTS),
+        *memory(s.memory_available_ratio),
     ]
 
 

@@ -9,8 +9,9 @@ from bench.placement.model import Demand
 
 WORKLOAD_CLASS = "mco.io/workload-class"
 
-# Batch profiles: the aggressors. io in stress-ng --hdd writers (one saturates this VM's
-# disk), cache in MB of LLC footprint, page cache in GiB beyond the request.
+# Batch profiles: the aggressors. io in stress-ng --hdd writers (one stalls this VM's tasks
+# 27 % of the time, PSI io some: over io_congestion's warn alone), cache in MB of LLC
+# footprint, page cache in GiB beyond the request.
 BATCH_PROFILES: dict[str, Demand] = {
     "io-heavy": Demand(cpu=1.0, memory=2.0, io=1.0, cache_mb=2.0),
     "cache-heavy": Demand(cpu=2.0, memory=2.0, io=0.02, cache_mb=20.0),
@@ -59,7 +60,8 @@ def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
     Rates scale with the node count so a small cluster is as loaded as a large one: about 2
     online pods per node, and 12 steady batch pods per node over the trace, each living 20-50 %
     of it (about 4 running per node at a time, so a node often holds three aggressors of one
-    kind: what triggers a detection), plus the bursts.
+    kind: what triggers a cache or memory detection; one io-heavy pod triggers io), plus the
+    bursts.
     """
     rng = random.Random(seed)
     pods: list[PodSpec] = []

@@ -26,6 +26,12 @@ from typing import Final
 
 from exporter.collectors.biolatency import DEFAULT_BUCKETS
 from mco.latency_buckets import BOUNDS, parse_bounds
+from scripts.fleet_series import Series
+from scripts.fleet_series import common as _common
+from scripts.fleet_series import disk as _disk
+from scripts.fleet_series import memory as _memory
+from scripts.fleet_series import psi as _psi
+from scripts.fleet_series import series as _s
 
 # Every bucket the exporter can export: 2^k microseconds, k = 3..23. A profile's spread is over
 # all of them; the fleet serves those of ``--latency-buckets`` (default: the exporter's).
@@ -33,38 +39,9 @@ BUCKETS = BOUNDS
 
 
 @dataclass(frozen=True)
-class Series:
-    name: str
-    labels: tuple[tuple[str, str], ...]
-    base: float
-    slope: float = 0.0  # per second; 0 for gauges
-
-
-@dataclass(frozen=True)
 class Profile:
     name: str
     series: tuple[Series, ...]
-
-
-def _s(name: str, base: float, slope: float = 0.0, **labels: str) -> Series:
-    return Series(name, tuple(sorted(labels.items())), base, slope)
-
-
-def _psi(
-    cpu: float, io_some: float, io_full: float, mem_some: float, mem_full: float
-) -> list[Series]:
-    out = [_s("mco_pressure_available", 1)]
-    for (resource, kind), slope in {
-        ("cpu", "some"): cpu,
-        ("io", "some"): io_some,
-        ("io", "full"): io_full,
-        ("memory", "some"): mem_some,
-        ("memory", "full"): mem_full,
-    }.items():
-        out.append(
-            _s("mco_pressure_stalled_seconds_total", 100, slope, resource=resource, kind=kind)
-        )
-    return out
 
 
 HISTOGRAM: Final = "mco_block_io_latency_seconds"
@@ -111,20 +88,6 @@ def _irq(hard: float, soft: float, busiest: float) -> list[Series]:
         _s("mco_cpu_irq_seconds_total", 20, hard, kind="hard"),
         _s("mco_cpu_irq_seconds_total", 300, soft, kind="soft"),
         _s("mco_cpu_irq_busiest_ratio", busiest),
-    ]
-
-
-def _disk(device: str, seconds_per_s: float, completed_per_s: float) -> list[Series]:
-    return [
-        _s("mco_block_io_time_seconds_total", 50, seconds_per_s, device=device),
-        _s("mco_block_io_completed_total", 5000, completed_per_s, device=device),
-    ]
-
-
-def _memory(available_ratio: float, total: float = 64 * 2**30) -> list[Series]:
-    return [
-        _s("mco_memory_available_bytes", available_ratio * total),
-        _s("mco_memory_total_bytes", total),
     ]
 
 
@@ -176,22 +139,6 @@ def _pod(
             out.append(
                 _s("mco_pod_io_limit_operations_per_second", iops, 0.0, **pod, operation=operation)
             )
-    return out
-
-
-def _common(cpus: int) -> list[Series]:
-    out = [_s("mco_cpu_online", cpus)]
-    for collector in (
-        "cpu",
-        "diskstats",
-        "meminfo",
-        "pressure",
-        "vmstat",
-        "perf_llc",
-        "resctrl",
-        "softirqs",
-    ):
-        out.append(_s("mco_exporter_collector_success", 1, collector=collector))
     return out
 
 
