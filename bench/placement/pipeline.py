@@ -1,4 +1,4 @@
-"""One real MCO pipeline: Prometheus with the generated rules, mco-reporter, mco-extender.
+"""One real MCO pipeline: Prometheus with the generated rules, mco-reporter, mco-extenders.
 
 Started as processes with their public flags, as `make run` starts them; the rules are
 rendered from the policy set's DetectionRuleConfig, which the reporter also reads
@@ -8,7 +8,7 @@ policies from.
 
 from __future__ import annotations
 
-import os
+import functools
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -17,7 +17,9 @@ from typing import Any
 
 import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from bench.cpu import cpu_seconds
 from rulegen.model import DetectionRuleConfig, from_spec
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
@@ -85,15 +87,61 @@ def config_spec(
     return spec
 
 
+class Extender:
+    """One mco-extender process reading a pipeline's report file. Each (policy set, protocol)
+    run has its own, so that its CPU is its decisions' alone (several read one report)."""
+
+    def __init__(self, name: str, workdir: Path, report_path: Path, args: tuple[str, ...]) -> None:
+        self.name = name
+        self.port = free_port()
+        self.process = Managed(
+            [
+                sys.executable,
+                "-m",
+                "extender",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--report-file={report_path}",
+                "--report-poll-interval=250ms",
+                *args,
+            ],
+            name=f"mco-extender-{name}",
+            log_path=workdir / f"extender-{name}.log",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process.start()
+        self.process.wait_http(f"{self.url}/healthz", timeout=60)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        response = requests.get(f"{self.url}/v1/nodes", timeout=10)
+        response.raise_for_status()
+        nodes: list[dict[str, Any]] = response.json()["nodes"]
+        return nodes
+
+    def fresh(self, count: int) -> bool:
+        """Whether it holds fresh data for ``count`` nodes."""
+        return sum(not n["stale"] and n["level"] is not None for n in self.nodes()) >= count
+
+    def has_route(self, path: str) -> bool:
+        """Whether the extender serves ``path`` (a POST of an empty object: 404 if not)."""
+        response = requests.post(f"{self.url}{path}", json={}, timeout=5)
+        return response.status_code != 404
+
+    def cpu_seconds(self) -> float:
+        """The extender's CPU time so far (user + system, from /proc)."""
+        return cpu_seconds(self.process.pid)
+
+
 class Pipeline:
+    """Prometheus and mco-reporter for one DetectionRuleConfig, and the extenders that read
+    its report (``add_extender``, before ``start``); the first one added serves the view."""
+
     def __init__(
-        self,
-        name: str,
-        workdir: Path,
-        spec: dict[str, Any],
-        target: str,
-        path: str,
-        extender_args: tuple[str, ...] = (),
+        self, name: str, workdir: Path, spec: dict[str, Any], target: str, path: str
     ) -> None:
         self.name = name
         self.workdir = workdir
@@ -111,10 +159,9 @@ class Pipeline:
             rule_files=[self.rules_path],
             evaluation_interval=f"{self.config.evaluation_interval}s",
         )
-        python = sys.executable
         self.reporter = Managed(
             [
-                python,
+                sys.executable,
                 "-m",
                 "reporter",
                 f"--prometheus-url={self.prometheus.url}",
@@ -126,56 +173,70 @@ class Pipeline:
             name=f"mco-reporter-{name}",
             log_path=workdir / "reporter.log",
         )
-        self.extender_port = free_port()
-        self.extender = Managed(
-            [
-                python,
-                "-m",
-                "extender",
-                f"--web.listen-address=127.0.0.1:{self.extender_port}",
-                f"--report-file={self.report_path}",
-                "--report-poll-interval=250ms",
-                *extender_args,
-            ],
-            name=f"mco-extender-{name}",
-            log_path=workdir / "extender.log",
-        )
+        self.extenders: dict[str, Extender] = {}
 
-    @property
-    def extender_url(self) -> str:
-        return f"http://127.0.0.1:{self.extender_port}"
+    def add_extender(self, name: str, args: tuple[str, ...] = ()) -> Extender:
+        extender = Extender(f"{self.name}-{name}", self.workdir, self.report_path, args)
+        self.extenders[name] = extender
+        return extender
 
     def start(self) -> None:
         self.prometheus.start()
         self.reporter.start()
-        self.extender.start()
-        self.extender.wait_http(f"{self.extender_url}/healthz", timeout=60)
+        for extender in self.extenders.values():
+            extender.start()
 
     def stop(self) -> None:
-        for proc in (self.extender, self.reporter, self.prometheus):
-            proc.stop()
+        for extender in self.extenders.values():
+            extender.process.stop()
+        self.reporter.stop()
+        self.prometheus.stop()
 
     def nodes(self) -> list[dict[str, Any]]:
-        response = requests.get(f"{self.extender_url}/v1/nodes", timeout=10)
-        response.raise_for_status()
-        nodes: list[dict[str, Any]] = response.json()["nodes"]
-        return nodes
+        """/v1/nodes of the first extender: detections and `schedulable` come from the report,
+        which every extender of the pipeline reads alike."""
+        return next(iter(self.extenders.values())).nodes()
 
     def wait_fresh(self, count: int, timeout: float) -> None:
-        """Until the extender holds fresh data for ``count`` nodes (a window must fill)."""
-        wait_until(
-            lambda: sum(not n["stale"] and n["level"] is not None for n in self.nodes()) >= count,
-            timeout=timeout,
-            what=f"fresh data for {count} nodes at {self.name}'s extender",
-        )
+        """Until every extender holds fresh data for ``count`` nodes (a window must fill)."""
+        for extender in self.extenders.values():
+            wait_until(
+                functools.partial(extender.fresh, count),
+                timeout=timeout,
+                what=f"fresh data for {count} nodes at extender {extender.name}",
+            )
 
-    def has_route(self, path: str) -> bool:
-        """Whether the extender serves ``path`` (a POST of an empty object: 404 if not)."""
-        response = requests.post(f"{self.extender_url}{path}", json={}, timeout=5)
-        return response.status_code != 404
+    def rule_evaluation(self) -> dict[str, Any]:
+        """How Prometheus kept up with the rules (its public /metrics)."""
+        response = requests.get(f"{self.prometheus.url}/metrics", timeout=10)
+        response.raise_for_status()
+        return rule_evaluation(response.text)
 
-    def cpu_seconds(self) -> float:
-        """The extender's CPU time so far (user + system, from /proc)."""
-        fields = Path(f"/proc/{self.extender.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = float(fields[11]) + float(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+
+def rule_evaluation(exposition: str) -> dict[str, Any]:
+    """From a Prometheus's own /metrics: its rule groups' interval, the slowest group's last
+    evaluation, the sum over groups, and iterations missed and run. A group whose evaluation
+    takes longer than its interval misses iterations: its detections lag the data."""
+    last: dict[str, float] = {}
+    interval = missed = iterations = 0.0
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            group = sample.labels.get("rule_group", "")
+            if sample.name == "prometheus_rule_group_last_duration_seconds":
+                last[group] = sample.value
+            elif sample.name == "prometheus_rule_group_interval_seconds":
+                interval = max(interval, sample.value)
+            elif sample.name == "prometheus_rule_group_iterations_missed_total":
+                missed += sample.value
+            elif sample.name == "prometheus_rule_group_iterations_total":
+                iterations += sample.value
+    slowest = max(last, key=last.__getitem__, default="")
+    return {
+        "interval_s": interval,
+        "groups": len(last),
+        "last_duration_max_s": last.get(slowest, 0.0),
+        "slowest_group": slowest.rpartition(";")[2],
+        "last_duration_sum_s": sum(last.values()),
+        "iterations_missed": int(missed),
+        "iterations": int(iterations),
+    }

@@ -37,6 +37,7 @@ from bench.placement.causes import Causes
 from bench.placement.cluster import Cluster
 from bench.placement.model import Signals, inflation, signals
 from bench.placement.pipeline import (
+    Extender,
     Pipeline,
     config_spec,
     extender_has_flag,
@@ -61,6 +62,9 @@ RETRY_AFTER = 5.0  # an unschedulable pod is tried again after this (kube's back
 # least once, for at most this long: pending at the end are then pods that stay pending.
 DRAIN_LIMIT = 3 * RETRY_AFTER
 MIN_SAMPLED = 0.9  # sampled / expected online pod-seconds under this: the run is invalid
+OBSERVER = "observer"  # the pipeline that observes the default cluster (mco-full's rules)
+RESERVED = ("basic", "full", OBSERVER)  # pipelines' names a variant cannot take
+IDLE_WINDOW = 10.0  # seconds of each extender's CPU measured before the trace, no decisions
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,10 @@ class PolicySet:
 
     @property
     def pipeline(self) -> str:
-        # The default scheduler's nodes are observed by a pipeline without MCO's extras.
+        # The default scheduler's nodes are observed by a pipeline of their own with mco-full's
+        # rules: the numerator and denominator of R read by equal yardsticks, equally loaded.
+        if not self.extender:
+            return OBSERVER
         if not (self.reservation or self.hysteresis):
             return "basic"
         return self.name.removeprefix("mco-") if self.overrides else "full"
@@ -90,10 +97,10 @@ class PolicySet:
 def variant(text: str) -> PolicySet:
     """``NAME:POLICY.FIELD=VALUE[,POLICY.FIELD=VALUE...]`` of ``--variant``."""
     name, sep, fields = text.partition(":")
-    if not sep or not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name) or name in ("basic", "full"):
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name) or name in RESERVED:
         raise argparse.ArgumentTypeError(
             f"expected NAME:POLICY.FIELD=VALUE[,...] with NAME of a-z0-9 (12 at most, not "
-            f"basic or full), got {text!r}"
+            f"{', '.join(RESERVED)}), got {text!r}"
         )
     overrides = tuple(override(f) for f in fields.split(",") if f)
     if not overrides:
@@ -119,6 +126,7 @@ class Run:
     rng: random.Random
     arrivals: list[PodSpec]
     pods_api: kubeapi.PodStore | None = None  # where bindings are published (kube + watch)
+    extender: Extender | None = None  # its own mco-extender process (None: no extender)
     retry_at: dict[str, float] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)
@@ -268,18 +276,14 @@ def qos_kept(run: Run, target: float) -> float:
 def summary(
     runs: list[Run], shape: TraceShape, cpu: dict[str, float], qos_slowdown: float = 1.2
 ) -> list[dict[str, Any]]:
+    """``cpu``: each run's extender CPU seconds spent on its decisions (``decision_cpu``)."""
     rows = []
-    decisions_by_pipeline: dict[str, int] = {}
-    for run in runs:
-        if run.policy.extender:
-            key = run.policy.pipeline
-            decisions_by_pipeline[key] = decisions_by_pipeline.get(key, 0) + run.scheduler.decisions
     for run in runs:
         c = run.cluster
         placed = len(c.placements)
         cpu_per = (
-            cpu[run.policy.pipeline] / decisions_by_pipeline[run.policy.pipeline] * 1e3
-            if run.policy.extender and decisions_by_pipeline.get(run.policy.pipeline)
+            cpu[run.label] / run.scheduler.asked * 1e3
+            if run.label in cpu and run.scheduler.asked
             else None
         )
         expected = expected_online_seconds(run)
@@ -306,6 +310,7 @@ def summary(
                 "unschedulable_attempts": c.unschedulable_attempts,
                 "decision_ms": run.scheduler.seconds / max(run.scheduler.decisions, 1) * 1e3,
                 "extender_cpu_ms": cpu_per,
+                "extender_decisions": run.scheduler.asked,
                 "lag_max_s": max(run.lags, default=math.nan),
                 "lag_p95_s": percentile(run.lags, 0.95),
                 "untried": len(run.arrivals),
@@ -325,7 +330,7 @@ def _fmt(v: Any) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = [c for c in rows[0] if c != "exposed_by_cause"]
+    cols = [c for c in rows[0] if not isinstance(rows[0][c], dict)]
     print(" | ".join(cols))
     for row in rows:
         print(" | ".join(_fmt(row[c]) for c in cols))
@@ -333,6 +338,59 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         shares = ", ".join(f"{k} {v:.2f}" for k, v in row["exposed_by_cause"].items())
         print(f"  {row['run']}: {shares}")
+    if all("rule_evaluation" in row for row in rows):
+        print_rule_evaluation(rows)
+
+
+def print_rule_evaluation(rows: list[dict[str, Any]]) -> None:
+    """Whether a pipeline's Prometheus kept up with its rules: a yardstick that falls behind
+    triggers late, and biases the exposure it measures."""
+    print("rule evaluation per pipeline (its Prometheus's /metrics, at the end):")
+    seen: dict[str, list[str]] = {}
+    for row in rows:
+        seen.setdefault(row["pipeline"], []).append(row["run"])
+    for name, labels in seen.items():
+        e = next(r["rule_evaluation"] for r in rows if r["pipeline"] == name)
+        print(
+            f"  {name} ({', '.join(labels)}): slowest group {e['slowest_group']} "
+            f"{e['last_duration_max_s'] * 1e3:.1f} ms, all {e['groups']} groups "
+            f"{e['last_duration_sum_s'] * 1e3:.1f} ms, of a {e['interval_s']:g} s interval; "
+            f"iterations missed {e['iterations_missed']} of {e['iterations']}"
+        )
+
+
+def pipeline_spec(
+    args: argparse.Namespace, policies: dict[str, PolicySet], name: str
+) -> dict[str, Any]:
+    """A pipeline's DetectionRuleConfig: mco-basic's without reservation or hysteresis, the
+    others with them; the observer's is mco-full's, ``--set`` and all, so that both clusters
+    of R are read by the same rules."""
+    source = "full" if name == OBSERVER else name
+    return config_spec(
+        reservation=source != "basic",
+        hysteresis=source != "basic",
+        avoid_per_pod=args.avoid_per_pod,
+        triggered_level=args.triggered_level,
+        overrides=overrides_of(args, policies, source),
+    )
+
+
+def idle_rates(pipelines: dict[str, Pipeline], seconds: float) -> dict[str, float]:
+    """Each extender's CPU seconds per second with no decisions, while the views are read as
+    during the run (and the report poll and pod watch run): what is not a decision's."""
+    extenders = [e for p in pipelines.values() for e in p.extenders.values()]
+    cpu0, t0 = [e.cpu_seconds() for e in extenders], time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        views_of(pipelines)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t0) % 1.0))
+    elapsed = time.monotonic() - t0
+    return {e.name: (e.cpu_seconds() - c0) / elapsed for e, c0 in zip(extenders, cpu0, strict=True)}
+
+
+def decision_cpu(spent: float, idle_rate: float, seconds: float) -> float:
+    """The CPU seconds an extender spent on decisions: its CPU over the run, less what it
+    spends at its idle rate over as long."""
+    return spent - idle_rate * seconds
 
 
 async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
@@ -349,59 +407,66 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
     print(f"hysteresis fields in this checkout: {'yes' if hysteresis else 'no'}", flush=True)
     watch = extender_has_flag("--watch-pods")
     print(f"extender pod watch (--watch-pods): {'yes' if watch else 'no'}", flush=True)
-    pods_api = kubeapi.PodStore()
-    with serving(fleets) as port, kubeapi.serving(pods_api, root) as kubeconfig:
-        watch_args = ("--watch-pods", f"--kubeconfig={kubeconfig}") if watch else ()
+    layout = [("default", "none")] + [
+        (p, proto) for p in policies if p != "default" for proto in args.protocols
+    ]
+    with serving(fleets) as port, contextlib.ExitStack() as stack:
         pipelines = {
             name: Pipeline(
                 name,
                 root / name,
-                config_spec(
-                    reservation=name != "basic",
-                    hysteresis=name != "basic",
-                    avoid_per_pod=args.avoid_per_pod,
-                    triggered_level=args.triggered_level,
-                    overrides=overrides_of(args, policies, name),
-                ),
+                pipeline_spec(args, policies, name),
                 f"127.0.0.1:{port}",
                 f"/{name}",
-                watch_args if name != "basic" else (),
             )
             for name in fleets
         }
-        layout = [("default", "none")] + [
-            (p, proto) for p in policies if p != "default" for proto in args.protocols
-        ]
+        # One pods API per pipeline: an extender watches only its own cluster's bindings.
+        pods_apis: dict[str, kubeapi.PodStore] = {}
         clusters = []
         for i, (policy_name, protocol) in enumerate(layout):
             policy = policies[policy_name]
+            pipeline = pipelines[policy.pipeline]
             prefix = f"{policy.prefix}-{protocol[:4]}"
-            clusters.append((policy, protocol, Cluster(f"c{i}", prefix, args.nodes)))
-        for policy, _, cluster in clusters:
+            cluster = Cluster(f"c{i}", prefix, args.nodes)
+            pods_api, extender = None, None
+            if protocol == "none":
+                pipeline.add_extender("view")  # serves the observation only
+            else:
+                extender_args: tuple[str, ...] = ()
+                if watch and protocol == "kube" and policy.reservation:
+                    pods_api = pods_apis[policy.pipeline] = kubeapi.PodStore()
+                    kubeconfig = stack.enter_context(kubeapi.serving(pods_api, pipeline.workdir))
+                    extender_args = ("--watch-pods", f"--kubeconfig={kubeconfig}")
+                extender = pipeline.add_extender(protocol, extender_args)
+            clusters.append((policy, protocol, cluster, pods_api, extender))
+        for policy, _, cluster, _, _ in clusters:
             for node in cluster.nodes:
                 fleets[policy.pipeline].set(node, idle())
         try:
             for p in pipelines.values():
                 p.start()
             for name, p in pipelines.items():
-                count = sum(len(c.nodes) for pol, _, c in clusters if pol.pipeline == name)
+                count = sum(len(c.nodes) for pol, _, c, _, _ in clusters if pol.pipeline == name)
                 p.wait_fresh(count, timeout=120)
-            allocate = pipelines["full"].has_route("/volcano/allocate")
-            print(f"volcano allocate verb served: {'yes' if allocate else 'no'}", flush=True)
             timeout = aiohttp.ClientTimeout(total=30)
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 runs = []
-                for policy, protocol, cluster in clusters:
-                    url = pipelines[policy.pipeline].extender_url
+                for policy, protocol, cluster, pods_api, extender in clusters:
                     scheduler: Scheduler
-                    if protocol == "none":
+                    if extender is None:
                         scheduler = DefaultScheduler()
                     elif protocol == "kube":
-                        scheduler = KubeExtender(session, url)
+                        scheduler = KubeExtender(session, extender.url)
                     else:
-                        scheduler = VolcanoExtender(
-                            session, url, allocate=allocate and policy.reservation
+                        # A Volcano configured with allocateVerb sends it whatever the policy.
+                        allocate = extender.has_route("/volcano/allocate")
+                        print(
+                            f"volcano allocate verb served by {extender.name}: "
+                            f"{'yes' if allocate else 'no'}",
+                            flush=True,
                         )
+                        scheduler = VolcanoExtender(session, extender.url, allocate=allocate)
                     runs.append(
                         Run(
                             policy,
@@ -412,16 +477,21 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                             pipelines[policy.pipeline],
                             random.Random(args.seed),
                             list(trace),
-                            pods_api
-                            if watch and protocol == "kube" and policy.reservation
-                            else None,
+                            pods_api=pods_api,
+                            extender=extender,
                         )
                     )
+                rates = idle_rates(pipelines, IDLE_WINDOW)
+                print(
+                    "extender CPU with no decisions (views read each second): "
+                    + ", ".join(f"{n} {r * 1e3:.1f} ms/s" for n, r in rates.items()),
+                    flush=True,
+                )
                 # Pods bound before the first observation see the pipeline as it is at t0.
                 views = views_of(pipelines)
                 for run in runs:
                     run.view = views[run.policy.pipeline]
-                cpu0 = {n: p.cpu_seconds() for n, p in pipelines.items()}
+                cpu0 = {r.label: r.extender.cpu_seconds() for r in runs if r.extender}
                 t0 = time.monotonic()
                 next_observe = 1.0
                 last_progress = 0.0
@@ -437,8 +507,21 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                         placed = ", ".join(f"{r.label} {len(r.cluster.placements)}" for r in runs)
                         print(f"  t={now:4.0f}s placed: {placed}", flush=True)
                     await asyncio.sleep(max(0.0, TICK - (time.monotonic() - t0 - now)))
-                cpu = {n: p.cpu_seconds() - cpu0[n] for n, p in pipelines.items()}
-                return summary(runs, shape, cpu, args.qos_slowdown)
+                elapsed = time.monotonic() - t0
+                cpu = {
+                    r.label: decision_cpu(
+                        r.extender.cpu_seconds() - cpu0[r.label], rates[r.extender.name], elapsed
+                    )
+                    for r in runs
+                    if r.extender
+                }
+                evaluation = {n: p.rule_evaluation() for n, p in pipelines.items()}
+                rows = summary(runs, shape, cpu, args.qos_slowdown)
+                for row, run in zip(rows, runs, strict=True):
+                    row["pipeline"] = run.policy.pipeline
+                    row["extender_requests"] = dict(run.scheduler.requests)
+                    row["rule_evaluation"] = evaluation[run.policy.pipeline]
+                return rows
         finally:
             for p in pipelines.values():
                 p.stop()

@@ -5,7 +5,7 @@ score plus the extender's 0-10 priority times ``weight x 10`` (MaxNodeScore /
 MaxExtenderPriority); the highest total wins, ties broken at random (seeded). Volcano: resource
 fit, the extender's predicate for each remaining node (16 at a time, as Volcano does), its
 prioritize over the survivors added unweighted to the LeastAllocated score, then allocate (when
-the extender serves the verb).
+the extender serves the verb, as a Volcano configured with allocateVerb always sends it).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import abc
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -35,6 +36,8 @@ def pick(scores: dict[str, float], rng: random.Random) -> str:
 class Scheduler(Protocol):
     protocol: str
     decisions: int
+    asked: int  # decisions that sent the extender at least one request
+    requests: Counter[str]  # requests sent, by verb
     seconds: float
 
     async def place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None: ...
@@ -45,14 +48,18 @@ class _Timed(abc.ABC):
 
     def __init__(self) -> None:
         self.decisions = 0
+        self.asked = 0
+        self.requests: Counter[str] = Counter()
         self.seconds = 0.0
 
     async def place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
         start = time.perf_counter()
+        sent = self.requests.total()
         try:
             return await self._place(cluster, pod, rng)
         finally:
             self.decisions += 1
+            self.asked += self.requests.total() > sent
             self.seconds += time.perf_counter() - start
 
     @abc.abstractmethod
@@ -88,6 +95,7 @@ class KubeExtender(_Timed):
         self.session, self.url, self.weight = session, url, weight
 
     async def _post(self, verb: str, body: Any) -> Any:
+        self.requests[verb] += 1
         async with self.session.post(f"{self.url}/scheduler/{verb}", json=body) as response:
             response.raise_for_status()
             return await response.json()
@@ -122,6 +130,7 @@ class VolcanoExtender(_Timed):
         self._encoded: dict[str, tuple[int, bytes]] = {}  # node -> (generation, NodeInfo)
 
     async def _post(self, verb: str, body: bytes) -> Any:
+        self.requests[verb] += 1
         async with self.session.post(
             f"{self.url}/volcano/{verb}", data=body, headers=JSON_BODY
         ) as response:
@@ -141,7 +150,8 @@ class VolcanoExtender(_Timed):
             )
             for p in node.placed.values()
         ]
-        encoded = wire.encode(wire.node_info(name, tasks, node.generation))
+        info = wire.node_info(name, tasks, node.generation, used=(node.cpu, node.memory))
+        encoded = wire.encode(info)
         self._encoded[name] = (node.generation, encoded)
         return encoded
 

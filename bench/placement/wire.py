@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from bench.placement.model import NODE_CPU, NODE_MEMORY
 from bench.placement.trace import PodSpec
 from tests.extender import bodies
 
@@ -19,6 +20,7 @@ Json = dict[str, Any]
 
 # Volcano TaskStatus values (pkg/scheduler/api/types.go).
 ALLOCATED, BOUND, RUNNING = 2, 16, 32
+MAX_PODS = 110  # kubelet's default maxPods: the pods a node's Allocatable holds
 
 encode = msgspec.json.Encoder().encode  # compact, keys in insertion order, as Go writes them
 
@@ -58,15 +60,38 @@ def node_object(name: str) -> Json:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
 
 
-def node_info(name: str, tasks: list[Json], generation: int = 0) -> Json:
-    """A NodeInfo in Volcano's Go field order (Name, Node, State, ..., Tasks, ...,
-    Generation): every task on the node, placed ones Bound, started ones Running. Generation
+def go_float(value: float) -> float | int:
+    """A float64 as Go's encoding/json writes it: integral values without a fraction."""
+    return int(value) if value.is_integer() else value
+
+
+def resource(cpu: float, memory: float, pods: int | None) -> Json:
+    """A Volcano Resource from cores and GiB (MilliCPU, bytes; the pod count as the `pods`
+    scalar where Volcano counts it)."""
+    return bodies.resource(go_float(cpu * 1000), go_float(memory * 2**30), pods=pods)
+
+
+def node_info(
+    name: str, tasks: list[Json], generation: int = 0, *, used: tuple[float, float] = (0.0, 0.0)
+) -> Json:
+    """A NodeInfo in Volcano's Go field order (Name, Node, State, Releasing, Pipelined, Idle,
+    Used, Allocatable, Capacity, Tasks, ..., Generation): every task on the node, placed ones
+    Bound, started ones Running; ``used``: the cores and GiB their requests add up to, which
+    Used and Idle carry as Volcano's do (nothing is releasing or pipelined here). Generation
     moves whenever the node's tasks change, as Volcano's does: the extender skips a NodeInfo
     whose length and last bytes it has seen before."""
+    cpu, memory = used
+    whole = resource(NODE_CPU, NODE_MEMORY, MAX_PODS)
     return {
         "Name": name,
         "Node": node_object(name),
         "State": {"Phase": 1, "Reason": ""},
+        "Releasing": resource(0.0, 0.0, None),
+        "Pipelined": resource(0.0, 0.0, None),
+        "Idle": resource(NODE_CPU - cpu, NODE_MEMORY - memory, MAX_PODS - len(tasks)),
+        "Used": resource(cpu, memory, len(tasks)),
+        "Allocatable": whole,
+        "Capacity": whole,
         "Tasks": {f"bench/{t['Name']}": t for t in tasks},
         "Generation": generation,
         "BindGeneration": generation,

@@ -19,6 +19,7 @@ from bench.placement.cluster import Cluster
 from bench.placement.model import inflation
 from bench.placement.pipeline import Pipeline, config_spec
 from bench.placement.run import (
+    OBSERVER,
     POLICY_SETS,
     RETRY_AFTER,
     Run,
@@ -41,7 +42,7 @@ DEFAULT = POLICY_SETS[0]
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
     """Only carried by the runs (observe and summary never call it): nothing is started."""
     root = tmp_path_factory.mktemp("pipeline")
-    return Pipeline("basic", root, config_spec(reservation=False, hysteresis=False), "x:1", "/")
+    return Pipeline(OBSERVER, root, config_spec(reservation=False, hysteresis=False), "x:1", "/")
 
 
 def online(name: str, profile: str = "io", arrival: float = 0.0) -> PodSpec:
@@ -80,11 +81,11 @@ def views(*triggered_on: str, detection: str = "io_congestion") -> dict[str, Any
     for name in triggered_on:
         nodes[name]["detections"] = {detection: {"triggered": True}}
         nodes[name]["level"] = 0.5
-    return {"basic": nodes}
+    return {OBSERVER: nodes}
 
 
 def row(r: Run, **kwargs: Any) -> dict[str, Any]:
-    return summary([r], SHAPE, {"basic": 0.0}, **kwargs)[0]
+    return summary([r], SHAPE, {}, **kwargs)[0]
 
 
 def test_exposure_counts_measured_seconds_on_triggered_nodes(pipeline: Pipeline) -> None:
@@ -166,7 +167,7 @@ def test_a_lagging_loop_records_its_lag_and_invalidates_the_run(pipeline: Pipeli
 def test_unsampled_pods_invalidate_the_run(pipeline: Pipeline) -> None:
     r = make_run(pipeline, [online("late", arrival=0.0)])
     running(r, online("a"), "n-0000")
-    observe([r], {"basic": {}}, now=10.0)  # the pipeline showed no node
+    observe([r], {OBSERVER: {}}, now=10.0)  # the pipeline showed no node
     out = row(r)
     assert out["sampled"] == 0.0
     rows = [{**out, "exposure": 0.2, "herding": 1.0, "untried": 0}]

@@ -11,7 +11,7 @@ import yaml
 
 from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
-from bench.placement.model import NODE_CPU, Demand, signals
+from bench.placement.model import NODE_CPU, NODE_MEMORY, Demand, signals
 from bench.placement.pipeline import config_spec
 from bench.placement.run import POLICY_SETS, figures, main, overrides_of, variant
 from bench.placement.scheduler import VolcanoExtender
@@ -161,7 +161,7 @@ def test_a_variant_is_mco_full_with_its_fields_on_its_own_pipeline() -> None:
     v = variant("trig:batch.triggeredLevel=0.3,batch.reservationPerPod=0.2")
     assert (v.name, v.pipeline, v.reservation, v.hysteresis) == ("mco-trig", "trig", True, True)
     sets = {p.name: p for p in (*POLICY_SETS, v)}
-    assert len({p.pipeline for p in sets.values()}) == 3  # basic, full, trig
+    assert len({p.pipeline for p in sets.values()}) == 4  # observer, basic, full, trig
     assert len({p.prefix for p in sets.values()}) == 4  # every cluster's nodes apart
     args = argparse.Namespace(overrides=(("batch", "avoidPerPod", 0.02),))
     assert overrides_of(args, sets, "trig") == {
@@ -169,7 +169,8 @@ def test_a_variant_is_mco_full_with_its_fields_on_its_own_pipeline() -> None:
     }
     assert overrides_of(args, sets, "full") == {"batch": {"avoidPerPod": 0.02}}
     assert overrides_of(args, sets, "basic") is None
-    for bad in ("full:batch.maxLevel=0.1", "Trig:batch.maxLevel=0.1", "trig:", "trig"):
+    bad_names = ("full:batch.maxLevel=0.1", "observer:batch.maxLevel=0.1", "Trig:batch.x=1")
+    for bad in (*bad_names, "trig:", "trig"):
         with pytest.raises(argparse.ArgumentTypeError):
             variant(bad)
     with pytest.raises(SystemExit):
@@ -209,3 +210,44 @@ def test_volcano_node_info_is_encoded_again_only_when_its_pods_change() -> None:
     assert b'"Status":32' in volcano.node_info(c, "n-0000")
     c.finish(placement)
     assert pod.name.encode() not in volcano.node_info(c, "n-0000")
+
+
+def test_volcano_node_info_carries_volcanos_resource_fields_with_the_nodes_figures() -> None:
+    """Idle, Used, Allocatable, Capacity, Releasing and Pipelined, where Volcano's Go type has
+    them, so that the bodies are as large as real ones; Used is what the node's pods request."""
+    c = Cluster("c1", "n", 1)
+    pods = [p for p in generate(TraceShape(100.0, 1), 3)][:2]
+    for p in pods:
+        c.bind(p, "n-0000", 0.0, 5.0)
+    volcano = VolcanoExtender(None, "", allocate=False)  # type: ignore[arg-type]
+    info = json.loads(volcano.node_info(c, "n-0000"))
+    assert list(info) == [
+        "Name",
+        "Node",
+        "State",
+        "Releasing",
+        "Pipelined",
+        "Idle",
+        "Used",
+        "Allocatable",
+        "Capacity",
+        "Tasks",
+        "Generation",
+        "BindGeneration",
+    ]
+    cpu = sum(p.demand.cpu for p in pods)
+    memory = sum(p.demand.memory for p in pods)
+    assert info["Used"]["MilliCPU"] == pytest.approx(cpu * 1000)
+    assert info["Used"]["Memory"] == pytest.approx(memory * 2**30)
+    assert info["Used"]["ScalarResources"] == {"pods": 2}
+    assert info["Idle"]["MilliCPU"] == pytest.approx((NODE_CPU - cpu) * 1000)
+    assert info["Idle"]["Memory"] == pytest.approx((NODE_MEMORY - memory) * 2**30)
+    assert info["Idle"]["ScalarResources"] == {"pods": 108}
+    assert info["Allocatable"] == info["Capacity"]
+    assert info["Allocatable"]["MilliCPU"] == NODE_CPU * 1000
+    assert info["Releasing"]["MilliCPU"] == info["Pipelined"]["Memory"] == 0
+    assert list(info["Used"]) == ["MilliCPU", "Memory", "ScalarResources", "MaxTaskNum"]
+    # Written as Go writes a float64: an integral value has no fraction.
+    assert b'"Allocatable":{"MilliCPU":16000,"Memory":68719476736,' in volcano.node_info(
+        c, "n-0000"
+    )

@@ -57,8 +57,29 @@ def test_smoke_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The yardstick reads the pipeline: the default scheduler's pods meet triggered detections.
     assert rows["default/none"]["exposure"] > 0
     assert (rows["default/none"]["exposure"] >= 0.05) == ("default exposure" not in lines[-2])
-    # Every MCO run asked the real extender (which took CPU for it); the default did not.
+    # Every MCO run asked its own real extender (which took CPU for it); the default did not.
     assert rows["default/none"]["extender_cpu_ms"] is None
     assert all(rows[k]["extender_cpu_ms"] > 0 for k in rows if k.startswith("mco-"))
-    # The pipeline saw the nodes: the reporter wrote a report the extender served.
-    assert (tmp_path / "work" / "basic" / "report.json").exists()
+    assert all(rows[k]["extender_decisions"] > 0 for k in rows if k.startswith("mco-"))
+    work = tmp_path / "work"
+    for label in ("basic-kube", "basic-volcano", "full-kube", "full-volcano", "observer-view"):
+        assert (work / label.partition("-")[0] / f"extender-{label}.log").exists()
+    # Volcano sends allocate for every placement, whatever MCO's policy values.
+    for k in ("mco-basic/volcano", "mco-full/volcano"):
+        assert rows[k]["extender_requests"]["allocate"] == rows[k]["placed"]
+    # The default cluster has a pipeline of its own; each reports how its rules kept up.
+    assert {k: r["pipeline"] for k, r in rows.items()} == {
+        "default/none": "observer",
+        "mco-basic/kube": "basic",
+        "mco-basic/volcano": "basic",
+        "mco-full/kube": "full",
+        "mco-full/volcano": "full",
+    }
+    for r in rows.values():
+        assert r["rule_evaluation"]["groups"] > 0 and r["rule_evaluation"]["iterations"] > 0
+    assert "rule evaluation per pipeline" in "\n".join(lines)
+    # The pods API is the full pipeline's own (the only one whose kube extender watches).
+    assert (work / "full" / "kubeconfig").exists() and not (work / "basic" / "kubeconfig").exists()
+    # Each pipeline saw its nodes: the reporter wrote a report its extenders served.
+    for name in ("observer", "basic", "full"):
+        assert (work / name / "report.json").exists()

@@ -1,0 +1,173 @@
+"""How the benchmark wires its pipelines and measures them: the observer's rules, which
+decisions count for the extender's CPU, Volcano's allocate, and Prometheus's rule lag."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from bench.placement import run
+from bench.placement.cluster import Cluster
+from bench.placement.model import NODE_CPU, Demand
+from bench.placement.pipeline import rule_evaluation
+from bench.placement.scheduler import DefaultScheduler, KubeExtender, VolcanoExtender
+from bench.placement.trace import PodSpec
+
+
+def _args(**kw: Any) -> argparse.Namespace:
+    fields = {"overrides": (), "avoid_per_pod": None, "triggered_level": None, **kw}
+    return argparse.Namespace(**fields)
+
+
+def test_the_default_cluster_is_observed_by_its_own_pipeline_with_mco_fulls_rules() -> None:
+    policies = {p.name: p for p in run.POLICY_SETS}
+    assert {p.name: p.pipeline for p in policies.values()} == {
+        "default": "observer",
+        "mco-basic": "basic",
+        "mco-full": "full",
+    }
+    args = _args(overrides=(("batch", "triggeredLevel", 0.4),), avoid_per_pod=0.07)
+    full = run.pipeline_spec(args, policies, "full")
+    assert run.pipeline_spec(args, policies, "observer") == full
+    batch = next(p for p in full["policies"] if p["name"] == "batch")
+    assert (batch["triggeredLevel"], batch["avoidPerPod"]) == (0.4, 0.07)
+    basic = run.pipeline_spec(args, policies, "basic")
+    assert basic != full
+    assert all(p["reservationPerPod"] == 0 for p in basic["policies"])
+
+
+EXPOSITION = """\
+# HELP prometheus_rule_group_interval_seconds The interval of a rule group.
+# TYPE prometheus_rule_group_interval_seconds gauge
+prometheus_rule_group_interval_seconds{rule_group="/w/rules.yaml;mco.detect"} 1
+prometheus_rule_group_interval_seconds{rule_group="/w/rules.yaml;mco.explain"} 1
+# HELP prometheus_rule_group_last_duration_seconds The duration of the last rule group evaluation.
+# TYPE prometheus_rule_group_last_duration_seconds gauge
+prometheus_rule_group_last_duration_seconds{rule_group="/w/rules.yaml;mco.detect"} 0.25
+prometheus_rule_group_last_duration_seconds{rule_group="/w/rules.yaml;mco.explain"} 1.5
+# HELP prometheus_rule_group_iterations_missed_total The total number of rule group evaluations missed due to slow rule group evaluation.
+# TYPE prometheus_rule_group_iterations_missed_total counter
+prometheus_rule_group_iterations_missed_total{rule_group="/w/rules.yaml;mco.detect"} 0
+prometheus_rule_group_iterations_missed_total{rule_group="/w/rules.yaml;mco.explain"} 7
+# HELP prometheus_rule_group_iterations_total The total number of scheduled rule group evaluations, whether executed or missed.
+# TYPE prometheus_rule_group_iterations_total counter
+prometheus_rule_group_iterations_total{rule_group="/w/rules.yaml;mco.detect"} 100
+prometheus_rule_group_iterations_total{rule_group="/w/rules.yaml;mco.explain"} 100
+"""  # noqa: E501
+
+
+def test_rule_evaluation_reads_the_slowest_group_and_missed_iterations() -> None:
+    assert rule_evaluation(EXPOSITION) == {
+        "interval_s": 1.0,
+        "groups": 2,
+        "last_duration_max_s": 1.5,
+        "slowest_group": "mco.explain",
+        "last_duration_sum_s": 1.75,
+        "iterations_missed": 7,
+        "iterations": 200,
+    }
+    assert rule_evaluation("")["groups"] == 0
+
+
+def _pod(name: str, cpu: float) -> PodSpec:
+    return PodSpec(name, 0, 10, "batch", "io-heavy", Demand(cpu=cpu, memory=1, io=1), None)
+
+
+@pytest.fixture
+async def extender() -> AsyncIterator[tuple[str, list[str]]]:
+    """A stand-in extender that passes every node and records the routes it was asked."""
+    asked: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        body = await request.json()
+        if request.path == "/scheduler/filter":
+            return web.json_response({"NodeNames": body["NodeNames"]})
+        if request.path == "/scheduler/prioritize":
+            return web.json_response([{"Host": n, "Score": 0} for n in body["NodeNames"]])
+        if request.path == "/volcano/prioritize":
+            return web.json_response({"nodeScore": {}})
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", answer)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/"), asked
+    finally:
+        await server.close()
+
+
+async def test_only_decisions_that_reach_the_extender_count_for_its_cpu(
+    extender: tuple[str, list[str]],
+) -> None:
+    url, asked = extender
+    c = Cluster("c1", "n", 2)
+    async with aiohttp.ClientSession() as session:
+        kube = KubeExtender(session, url)
+        assert await kube.place(c, _pod("fits", 1.0), random.Random(1)) is not None
+        assert await kube.place(c, _pod("too-big", 2 * NODE_CPU), random.Random(1)) is None
+    assert (kube.decisions, kube.asked) == (2, 1)  # the fit failure never reached it
+    assert kube.requests == {"filter": 1, "prioritize": 1}
+    assert asked == ["/scheduler/filter", "/scheduler/prioritize"]
+    default = DefaultScheduler()
+    await default.place(c, _pod("x", 1.0), random.Random(1))
+    assert (default.decisions, default.asked) == (1, 0)
+
+
+async def test_volcano_sends_allocate_for_every_placement_when_asked_to(
+    extender: tuple[str, list[str]],
+) -> None:
+    url, asked = extender
+    c = Cluster("c1", "n", 3)
+    async with aiohttp.ClientSession() as session:
+        volcano = VolcanoExtender(session, url, allocate=True)
+        for i in range(2):
+            node = await volcano.place(c, _pod(f"p{i}", 1.0), random.Random(i))
+            assert node is not None
+            c.bind(_pod(f"p{i}", 1.0), node, 0.0, 5.0)
+    assert volcano.requests == {"predicate": 6, "prioritize": 2, "allocate": 2}
+    assert volcano.asked == 2 and asked.count("/volcano/allocate") == 2
+
+
+def test_decision_cpu_takes_off_the_idle_rate_over_the_run() -> None:
+    assert run.decision_cpu(spent=12.0, idle_rate=0.05, seconds=100.0) == pytest.approx(7.0)
+
+
+class _BusyExtender:
+    """Stands in for an extender whose /v1/nodes costs CPU (this process's)."""
+
+    name = "busy"
+
+    def cpu_seconds(self) -> float:
+        return time.process_time()
+
+
+class _BusyPipeline:
+    def __init__(self) -> None:
+        self.extenders = {"kube": _BusyExtender()}
+        self.reads = 0
+
+    def nodes(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        end = time.process_time() + 0.1
+        while time.process_time() < end:
+            pass
+        return []
+
+
+def test_idle_rate_is_measured_while_the_views_are_read_once_a_second() -> None:
+    pipeline = _BusyPipeline()
+    rates = run.idle_rates({"p": pipeline}, 2.0)  # type: ignore[dict-item]
+    assert pipeline.reads == 2
+    # ~0.2 s of CPU over ~2 s: the reads' cost is in the rate that is taken off.
+    assert 0.05 < rates["busy"] < 0.2
