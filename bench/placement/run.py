@@ -421,8 +421,6 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
             )
             for name in fleets
         }
-        # One pods API per pipeline: an extender watches only its own cluster's bindings.
-        pods_apis: dict[str, kubeapi.PodStore] = {}
         clusters = []
         for i, (policy_name, protocol) in enumerate(layout):
             policy = policies[policy_name]
@@ -435,7 +433,8 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
             else:
                 extender_args: tuple[str, ...] = ()
                 if watch and protocol == "kube" and policy.reservation:
-                    pods_api = pods_apis[policy.pipeline] = kubeapi.PodStore()
+                    # Its pipeline's own pods API: it watches its own cluster's bindings only.
+                    pods_api = kubeapi.PodStore()
                     kubeconfig = stack.enter_context(kubeapi.serving(pods_api, pipeline.workdir))
                     extender_args = ("--watch-pods", f"--kubeconfig={kubeconfig}")
                 extender = pipeline.add_extender(protocol, extender_args)
