@@ -214,28 +214,30 @@ class Pipeline:
 
 
 def rule_evaluation(exposition: str) -> dict[str, Any]:
-    """From a Prometheus's own /metrics: its rule groups' interval, the slowest group's last
-    evaluation, the sum over groups, and iterations missed and run. A group whose evaluation
-    takes longer than its interval misses iterations: its detections lag the data."""
+    """From a Prometheus's own /metrics: the busiest rule group (the largest share of its
+    interval its last evaluation took), that evaluation and the interval, the sum over groups,
+    and iterations missed and run. A group whose evaluation takes longer than its interval
+    misses iterations: its detections lag the data."""
     last: dict[str, float] = {}
-    interval = missed = iterations = 0.0
+    interval: dict[str, float] = {}
+    missed = iterations = 0.0
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
             group = sample.labels.get("rule_group", "")
             if sample.name == "prometheus_rule_group_last_duration_seconds":
                 last[group] = sample.value
             elif sample.name == "prometheus_rule_group_interval_seconds":
-                interval = max(interval, sample.value)
+                interval[group] = sample.value
             elif sample.name == "prometheus_rule_group_iterations_missed_total":
                 missed += sample.value
             elif sample.name == "prometheus_rule_group_iterations_total":
                 iterations += sample.value
-    slowest = max(last, key=last.__getitem__, default="")
+    busiest = max(last, key=lambda g: last[g] / (interval.get(g) or 1.0), default="")
     return {
-        "interval_s": interval,
+        "busiest_group": busiest.rpartition(";")[2],
+        "last_duration_s": last.get(busiest, 0.0),
+        "interval_s": interval.get(busiest, 0.0),
         "groups": len(last),
-        "last_duration_max_s": last.get(slowest, 0.0),
-        "slowest_group": slowest.rpartition(";")[2],
         "last_duration_sum_s": sum(last.values()),
         "iterations_missed": int(missed),
         "iterations": int(iterations),

@@ -352,10 +352,10 @@ def print_rule_evaluation(rows: list[dict[str, Any]]) -> None:
     for name, labels in seen.items():
         e = next(r["rule_evaluation"] for r in rows if r["pipeline"] == name)
         print(
-            f"  {name} ({', '.join(labels)}): slowest group {e['slowest_group']} "
-            f"{e['last_duration_max_s'] * 1e3:.1f} ms, all {e['groups']} groups "
-            f"{e['last_duration_sum_s'] * 1e3:.1f} ms, of a {e['interval_s']:g} s interval; "
-            f"iterations missed {e['iterations_missed']} of {e['iterations']}"
+            f"  {name} ({', '.join(labels)}): busiest group {e['busiest_group']} "
+            f"{e['last_duration_s'] * 1e3:.1f} ms of its {e['interval_s']:g} s interval, all "
+            f"{e['groups']} groups {e['last_duration_sum_s'] * 1e3:.1f} ms; iterations missed "
+            f"{e['iterations_missed']} of {e['iterations']}"
         )
 
 
