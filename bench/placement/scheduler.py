@@ -1,11 +1,25 @@
 """Scheduling one pending pod, as kube-scheduler's framework and Volcano's session do it.
 
-kube-scheduler: resource fit, then the extender's filter, then per node the LeastAllocated
-score plus the extender's 0-10 priority times ``weight x 10`` (MaxNodeScore /
-MaxExtenderPriority); the highest total wins, ties broken at random (seeded). Volcano: resource
-fit, the extender's predicate for each remaining node (16 at a time, as Volcano does), its
-prioritize over the survivors added unweighted to the LeastAllocated score, then allocate (when
-the extender serves the verb, as a Volcano configured with allocateVerb always sends it).
+kube-scheduler (``kubeframework``, its v1.31+ source quoted there): resource fit over the
+nodes from ``nextStartNodeIndex`` on, stopping once numFeasibleNodesToFind nodes fit (all of
+them below 100 nodes, 100 of 200); the extender's filter over those; per node LeastAllocated
+plus BalancedAllocation (weight 1 each, 0-100 each) plus the extender's 0-10 priority times
+``weight x 10`` (MaxNodeScore / MaxExtenderPriority); the highest total wins, ties broken by
+selectHost's reservoir sampling from the run's seeded generator. The default scheduler is the
+same cycle without the extender.
+
+Volcano: resource fit, the extender's predicate for each remaining node (16 at a time, as
+Volcano does), its prioritize over the survivors added unweighted to the LeastAllocated score,
+then allocate (when the extender serves the verb, as a Volcano configured with allocateVerb
+always sends it); ties uniformly at random (SelectBestNode).
+Volcano samples nodes too (volcano-sh/volcano pkg/scheduler/util: PredicateNodes stops after
+CalculateNumOfFeasibleNodesToFind nodes pass, defaults ``--minimum-feasible-nodes`` 100,
+``--minimum-percentage-nodes-to-find`` 5, ``--percentage-nodes-to-find`` 0 = the same adaptive
+``50 - n/125`` %, from a rotating lastProcessedNodeIndex), and its nodeorder plugin adds
+balancedresource (weight 1; pkg/scheduler/plugins/nodeorder/nodeorder.go, calculateWeight).
+This loop follows neither: it predicates every fitting node and scores LeastAllocated alone. Up
+to 100 nodes (``--quick``'s 20) the sampling changes nothing; above that the Volcano rows
+differ from Volcano's own loop there, and the default 200-node run does not run Volcano.
 """
 
 from __future__ import annotations
@@ -20,7 +34,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from bench.placement import wire
+from bench.placement import kubeframework, wire
 from bench.placement.cluster import Cluster
 from bench.placement.trace import PodSpec
 
@@ -29,6 +43,8 @@ JSON_BODY = {"Content-Type": "application/json"}
 
 
 def pick(scores: dict[str, float], rng: random.Random) -> str:
+    """Volcano's SelectBestNode: one of the best, uniformly
+    (``bestNodes[rand.Intn(len(bestNodes))]``)."""
     best = max(scores.values())
     return rng.choice(sorted(n for n, s in scores.items() if s == best))
 
@@ -76,15 +92,20 @@ def feasible(cluster: Cluster, pod: PodSpec) -> list[str]:
 
 
 class DefaultScheduler(_Timed):
-    """No extender: resource fit and LeastAllocated only."""
+    """No extender: kube-scheduler's cycle with its default score plugins only."""
 
     protocol = "none"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.search = kubeframework.NodeSearch()
+
     async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
-        names = feasible(cluster, pod)
-        if not names:
-            return None
-        return pick({n: int(cluster.nodes[n].least_allocated(pod)) for n in names}, rng)
+        names = self.search.feasible(cluster, pod)
+        if len(names) <= 1:  # schedulePod: "When only one node after predicate, just use it."
+            return names[0] if names else None
+        scores = [(n, kubeframework.score(cluster.nodes[n], pod)) for n in names]
+        return kubeframework.select_host(scores, rng)
 
 
 class KubeExtender(_Timed):
@@ -93,6 +114,7 @@ class KubeExtender(_Timed):
     def __init__(self, session: aiohttp.ClientSession, url: str, weight: int = 1) -> None:
         super().__init__()
         self.session, self.url, self.weight = session, url, weight
+        self.search = kubeframework.NodeSearch()
 
     async def _post(self, verb: str, body: Any) -> Any:
         self.requests[verb] += 1
@@ -101,19 +123,18 @@ class KubeExtender(_Timed):
             return await response.json()
 
     async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
-        names = feasible(cluster, pod)
+        names = self.search.feasible(cluster, pod)
         if not names:
             return None
         obj = wire.pod_object(pod, uid=uid(cluster, pod))
         result = await self._post("filter", {"Pod": obj, "NodeNames": names})
         names = result.get("NodeNames") or []
-        if not names:
-            return None
-        scores = {n: float(int(cluster.nodes[n].least_allocated(pod))) for n in names}
-        if len(names) > 1:
-            for entry in await self._post("prioritize", {"Pod": obj, "NodeNames": names}):
-                scores[entry["Host"]] += entry["Score"] * self.weight * 10
-        return pick(scores, rng)
+        if len(names) <= 1:  # schedulePod: "When only one node after predicate, just use it."
+            return names[0] if names else None
+        scores = {n: kubeframework.score(cluster.nodes[n], pod) for n in names}
+        for entry in await self._post("prioritize", {"Pod": obj, "NodeNames": names}):
+            scores[entry["Host"]] += kubeframework.extender_score(entry["Score"], self.weight)
+        return kubeframework.select_host(list(scores.items()), rng)
 
 
 class VolcanoExtender(_Timed):
