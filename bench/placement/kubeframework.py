@@ -111,12 +111,10 @@ def pod_requests(pod: PodSpec) -> tuple[int, int]:
 
 def node_requested(node: Node) -> tuple[int, int]:
     """What is already requested on the node (every placed pod, started or not: the
-    scheduler's cache counts assumed and bound pods alike)."""
-    cpu = memory = 0
-    for p in node.placed.values():
-        c, m = pod_requests(p)
-        cpu, memory = cpu + c, memory + m
-    return cpu, memory
+    scheduler's cache counts assumed and bound pods alike). The node keeps the sums in cores
+    and GiB; the trace's requests are whole milli-CPU and MiB, and exact in binary, so rounding
+    the sums gives the sum of the rounded requests without walking the node's pods."""
+    return round(node.cpu * 1000), round(node.memory * 1024) * 2**20
 
 
 def least_requested_score(requested: int, capacity: int) -> int:

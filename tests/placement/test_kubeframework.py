@@ -171,3 +171,14 @@ async def test_extender_filter_sees_only_the_nodes_found(
     ]
     # The extender's 10 (x weight 1 x 10 = 100) outweighs anything the score plugins give.
     assert (first, second) == ("n-0099", "n-0199")
+
+
+def test_node_requests_are_the_sum_of_its_pods_requests() -> None:
+    c = Cluster("c", "n", 1)
+    pods = [_pod(f"p{i}", cpu=0.5 * (i % 4 + 1), memory=float(i % 6 + 1)) for i in range(30)]
+    placements = [c.bind(p, "n-0000", 0, 0) for p in pods]
+    for pl in placements[::3]:
+        c.finish(pl)
+    left = [pl.pod for pl in placements if pl.pod.name in c.nodes["n-0000"].placed]
+    total = [sum(kf.pod_requests(p)[i] for p in left) for i in (0, 1)]
+    assert kf.node_requested(c.nodes["n-0000"]) == tuple(total)
