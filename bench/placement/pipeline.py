@@ -21,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.cpu import cpu_seconds
 from rulegen.model import DetectionRuleConfig, from_spec
-from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
 
 
@@ -151,7 +150,12 @@ class Pipeline:
         self.report_path = workdir / "report.json"
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config.to_object(), sort_keys=False))
-        self.rules_path.write_text(render_rules(self.config))
+        # Rendered by the rulegen CLI from the file the reporter reads, as an operator would.
+        subprocess.run(
+            [sys.executable, "-m", "rulegen", "render", "--config", str(self.config_path),
+             "--output", str(self.rules_path)],
+            check=True,
+        )  # fmt: skip
         self.prometheus = Prometheus(
             workdir / "prometheus",
             # The fleet target serves each pipeline's nodes at its own path.

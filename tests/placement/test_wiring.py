@@ -7,6 +7,7 @@ import argparse
 import random
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,9 +18,10 @@ from aiohttp.test_utils import TestServer
 from bench.placement import run
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand
-from bench.placement.pipeline import rule_evaluation
+from bench.placement.pipeline import Pipeline, config_spec, rule_evaluation
 from bench.placement.scheduler import DefaultScheduler, KubeExtender, VolcanoExtender
 from bench.placement.trace import PodSpec
+from rulegen.render import render_rules
 
 
 def _args(**kw: Any) -> argparse.Namespace:
@@ -174,3 +176,15 @@ def test_idle_rate_is_measured_while_the_views_are_read_once_a_second() -> None:
     assert pipeline.reads == 2
     # ~0.2 s of CPU over ~2 s: the reads' cost is in the rate that is taken off.
     assert 0.05 < rates["busy"] < 0.2
+
+
+@pytest.mark.parametrize("reservation", [True, False])
+def test_pipeline_rules_are_the_rulegen_clis_render_of_its_config_file(
+    tmp_path: Path, reservation: bool
+) -> None:
+    """The rules come from `mco-rulegen render --config` on the file the reporter reads (the
+    public CLI, not an import), and say what the policy set's config says."""
+    spec = config_spec(reservation=reservation, hysteresis=reservation)
+    p = Pipeline("full", tmp_path, spec, "127.0.0.1:1", "/nodes/full")
+    assert p.config_path.exists()
+    assert p.rules_path.read_text() == render_rules(p.config)
