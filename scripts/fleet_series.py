@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mco import selfmetrics
+
 
 @dataclass(frozen=True)
 class Series:
@@ -66,5 +68,5 @@ def common(cpus: int) -> list[Series]:
         "resctrl",
         "softirqs",
     ):
-        out.append(series("mco_exporter_collector_success", 1, collector=collector))
+        out.append(series(selfmetrics.EXPORTER_COLLECTOR_SUCCESS, 1, collector=collector))
     return out
