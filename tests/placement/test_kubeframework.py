@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from bench.placement import kubeframework as kf
 from bench.placement.cluster import Cluster
@@ -143,15 +144,12 @@ async def extender() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     app = web.Application()
     app.router.add_post("/scheduler/filter", filter_)
     app.router.add_post("/scheduler/prioritize", prioritize)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    server = TestServer(app)
+    await server.start_server()
     try:
-        yield f"http://127.0.0.1:{port}", asked
+        yield str(server.make_url("")).rstrip("/"), asked
     finally:
-        await runner.cleanup()
+        await server.close()
 
 
 async def test_extender_filter_sees_only_the_nodes_found(
