@@ -40,8 +40,10 @@ def running_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir: Path = tmp_path_factory.mktemp("dashboards")
     with stack(workdir) as s:
         # The explanation group runs every window, on its own clock: its first evaluation
-        # may come before the signals it reads exist.
+        # may come before the signals it reads exist, and its context series rate the raw
+        # counters over one window, empty until that window holds two scrapes.
         s.prometheus.wait_for_series(series.SIGNAL_INDEX, timeout=60)
+        s.prometheus.wait_for_series(series.CONTEXT_SERIES["psiCPUSome"], timeout=60)
         yield s
 
 
