@@ -10,13 +10,13 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from bench.placement import kubeframework as kf
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, Demand
 from bench.placement.scheduler import DefaultScheduler, KubeExtender
 from bench.placement.trace import PodSpec
+from tests.placement.served import served
 
 
 def _pod(name: str, cpu: float = 0.5, memory: float = 1.0) -> PodSpec:
@@ -144,12 +144,8 @@ async def extender() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     app = web.Application()
     app.router.add_post("/scheduler/filter", filter_)
     app.router.add_post("/scheduler/prioritize", prioritize)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/"), asked
-    finally:
-        await server.close()
+    async with served(app) as url:
+        yield url, asked
 
 
 async def test_extender_filter_sees_only_the_nodes_found(

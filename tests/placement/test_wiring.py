@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from bench.placement import run
 from bench.placement.cluster import Cluster
@@ -22,6 +21,7 @@ from bench.placement.pipeline import Pipeline, config_spec, rule_evaluation
 from bench.placement.scheduler import DefaultScheduler, KubeExtender, VolcanoExtender
 from bench.placement.trace import PodSpec
 from rulegen.render import render_rules
+from tests.placement.served import served
 
 
 def _args(**kw: Any) -> argparse.Namespace:
@@ -104,12 +104,8 @@ async def extender() -> AsyncIterator[tuple[str, list[str]]]:
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", answer)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/"), asked
-    finally:
-        await server.close()
+    async with served(app) as url:
+        yield url, asked
 
 
 async def test_only_decisions_that_reach_the_extender_count_for_its_cpu(
