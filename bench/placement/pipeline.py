@@ -151,11 +151,8 @@ class Pipeline:
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config.to_object(), sort_keys=False))
         # Rendered by the rulegen CLI from the file the reporter reads, as an operator would.
-        subprocess.run(
-            [sys.executable, "-m", "rulegen", "render", "--config", str(self.config_path),
-             "--output", str(self.rules_path)],
-            check=True,
-        )  # fmt: skip
+        render = ["render", "--config", str(self.config_path), "--output", str(self.rules_path)]
+        subprocess.run([sys.executable, "-m", "rulegen", *render], check=True)
         self.prometheus = Prometheus(
             workdir / "prometheus",
             # The fleet target serves each pipeline's nodes at its own path.
