@@ -114,3 +114,27 @@ def api_server_errors(
     if errors:  # the API server stops at schema errors before running CEL
         return errors
     return cel_errors(schema, defaulted)
+
+
+def default_errors(schema: dict[str, Any], path: str = "") -> list[str]:
+    """Why the API server would refuse the CRD's ``default`` values (empty when it takes them).
+
+    kube-apiserver (apiextensions ``schema/defaulting/validation.go``) checks every ``default``
+    as written: against its own node's schema and then that node's CEL rules, recursing into
+    the values it holds, with no nested default filled in first.
+    """
+    errors = []
+    here = path or "<root>"
+    if "default" in schema:
+        value = schema["default"]
+        validator = jsonschema.Draft7Validator(_strict(schema))
+        schema_errors = [
+            f"{here}.default{''.join(f'.{p}' for p in e.absolute_path)}: {e.message}"
+            for e in validator.iter_errors(value)
+        ]
+        errors += schema_errors or cel_errors(schema, value, f"{here}.default")
+    if "items" in schema:
+        errors += default_errors(schema["items"], f"{path}[]")
+    for key, sub in schema.get("properties", {}).items():
+        errors += default_errors(sub, f"{path}.{key}" if path else key)
+    return errors
