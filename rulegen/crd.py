@@ -4,8 +4,8 @@ Structural schema with a ``default`` on every field, and on every object the val
 defaults make (so an empty ``spec`` is filled completely). The API server validates each
 ``default`` as written, against its node's schema and CEL rules, before it fills nested
 defaults: a bare ``default: {}`` under a rule such as ``self.warn < self.critical`` fails there
-with "no such key", so an object's default spells its fields out. Plus ``x-kubernetes-validations`` (CEL) for what a
-schema cannot say: threshold order by direction, weights not all zero, durations that parse,
+with "no such key", so an object's default spells its fields out. Plus
+``x-kubernetes-validations`` (CEL) for what a schema cannot say: threshold order by direction, weights not all zero, durations that parse,
 window not shorter than the evaluation interval, holdFor and clearAfter within their bound.
 ``rulegen.model`` enforces the same rules, so a rulegen run outside a cluster rejects what the
 API server would.
@@ -131,7 +131,9 @@ def _hysteresis(default: str, help_text: str) -> dict[str, Any]:
 def _object(properties: dict[str, Any], help_text: str, **extra: Any) -> dict[str, Any]:
     return {
         "type": "object",
-        "default": {k: copy.deepcopy(v["default"]) for k, v in properties.items() if "default" in v},
+        "default": {
+            k: copy.deepcopy(v["default"]) for k, v in properties.items() if "default" in v
+        },
         "description": help_text,
         "properties": properties,
         **extra,
