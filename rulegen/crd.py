@@ -4,11 +4,11 @@ Structural schema with a ``default`` on every field, and on every object the val
 defaults make (so an empty ``spec`` is filled completely). The API server validates each
 ``default`` as written, against its node's schema and CEL rules, before it fills nested
 defaults: a bare ``default: {}`` under a rule such as ``self.warn < self.critical`` fails there
-with "no such key", so an object's default spells its fields out. Plus
-``x-kubernetes-validations`` (CEL) for what a schema cannot say: threshold order by direction, weights not all zero, durations that parse,
-window not shorter than the evaluation interval, holdFor and clearAfter within their bound.
-``rulegen.model`` enforces the same rules, so a rulegen run outside a cluster rejects what the
-API server would.
+with "no such key", so an object's default spells its fields out. ``x-kubernetes-validations``
+(CEL) say what a schema cannot: threshold order by direction, weights not all zero, durations
+that parse, window not shorter than the evaluation interval, holdFor and clearAfter within
+their bound. ``rulegen.model`` enforces the same rules, so a rulegen run outside a cluster
+rejects what the API server would.
 """
 
 from __future__ import annotations
