@@ -320,32 +320,40 @@ def test_log_flags_reach_every_component(component: str) -> None:
     assert "--log.level=debug" in args and "--log.format=logfmt" in args
 
 
-def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
-    """The defaults reach the extender as flags; `watchPods` adds the pod watch and, with it
-    alone, `list` and `watch` on pods to the extender's ClusterRole."""
-    rendered = render_scenario("full")
+POD_WATCH_RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+
+
+@pytest.mark.parametrize("scenario", ["full", None])
+def test_the_shipped_extender_watches_pods_so_kube_scheduler_bursts_spread(
+    scenario: str | None,
+) -> None:
+    """kube-scheduler never tells an extender where it put a pod: without the pod watch a whole
+    burst lands on one node (issue 26). The chart's defaults and the full scenario turn it on,
+    with exactly the `list` and `watch` on pods it needs."""
+    rendered = render_scenario(scenario) if scenario else render()
     args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
     assert args.reservation_span == 15.0
-    assert (args.volcano_placements, args.watch_pods) == ("auto", False)
+    assert (args.volcano_placements, args.watch_pods) == ("auto", True)
+    config_from_args(args)  # a valid configuration
+    rules = rendered.one("ClusterRole", "-extender")["rules"]
+    assert [r for r in rules if "pods" in r["resources"]] == [POD_WATCH_RULE]
+
+
+def test_extender_reservation_values_become_its_flags_and_rbac() -> None:
+    """Without `watchPods` (existing-volcano: Volcano's calls carry its placements) there is no
+    pod watch and no pods rule; the other reservation values reach the extender as flags."""
+    rendered = render_scenario("existing-volcano")
+    args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
+    assert args.watch_pods is False
     role = rendered.one("ClusterRole", "-extender")
     assert all("pods" not in rule["resources"] for rule in role["rules"])
 
     values = merge(
         scenario_values("full"),
-        {
-            "extender": {
-                "reservation": {
-                    "watchPods": True,
-                    "span": "20s",
-                    "volcanoPlacements": "verbs",
-                }
-            }
-        },
+        {"extender": {"reservation": {"span": "20s", "volcanoPlacements": "verbs"}}},
     )
-    rendered = render(values)
-    args = extender_parser().parse_args(container(rendered, "Deployment", "-extender")["args"])
+    args = extender_parser().parse_args(
+        container(render(values), "Deployment", "-extender")["args"]
+    )
     assert args.reservation_span == 20.0
     assert (args.volcano_placements, args.watch_pods) == ("verbs", True)
-    config_from_args(args)  # a valid configuration
-    rules = rendered.one("ClusterRole", "-extender")["rules"]
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in rules

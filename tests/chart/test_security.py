@@ -13,7 +13,8 @@ ROLE_KINDS = ("Role", "ClusterRole")
 # The whole of each component's permissions: (apiGroup, resource) -> verbs, over all its roles.
 EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
     # The API calls each component makes (reporter/kubeapi.py, mco/leader.py,
-    # reporter/ruleconfig.py, rulegen/controller.py, extender/report_watch.py), nothing more.
+    # reporter/ruleconfig.py, rulegen/controller.py, extender/report_watch.py,
+    # extender/pod_watch.py), nothing more.
     "mco-reporter": {
         ("mco.io", "nodeinterferencereports"): {"get", "list", "create", "patch", "delete"},
         ("mco.io", "nodeinterferencereports/status"): {"patch"},
@@ -26,7 +27,10 @@ EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
         ("monitoring.coreos.com", "prometheusrules"): {"create", "patch"},
         ("coordination.k8s.io", "leases"): {"create", "get", "patch"},
     },
-    "mco-extender": {("mco.io", "nodeinterferencereports"): {"get", "list", "watch"}},
+    "mco-extender": {
+        ("mco.io", "nodeinterferencereports"): {"get", "list", "watch"},
+        ("", "pods"): {"list", "watch"},  # the pod watch (kube-scheduler placements), by default
+    },
     "mco-kata-deploy": {("", "nodes"): {"get", "patch"}},
 }
 
