@@ -3,13 +3,18 @@
 Volcano: one tier holding the ``extender`` plugin with the predicate and prioritize verbs and the
 allocate/deallocate event verbs (placements, for reservations), ``ignorable: true`` (a slow or
 absent extender must never stop scheduling) and a timeout well under Volcano's 1 s default.
-kube-scheduler: an ``extenders`` entry with ``nodeCacheCapable`` (names instead of full Node
-objects on the wire) and ``ignorable``.
+kube-scheduler: a KubeSchedulerConfiguration a second scheduler runs as is (the upstream
+"configure multiple schedulers" pattern): its own profile ``schedulerName`` (a default-named
+profile would compete with the cluster's scheduler) and its own Lease (the default
+``kube-system/kube-scheduler`` is the cluster scheduler's: beside it a second one would wait for
+that lease forever), plus an ``extenders`` entry with ``nodeCacheCapable`` (names instead of
+full Node objects on the wire) and ``ignorable``. The chart's ConfigMap is the same document.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +28,14 @@ from mco.settings import Parser, parse
 
 DEFAULT_URL = f"http://mco-extender.mco-system.svc:{DEFAULT_PORT}"
 DEFAULT_CA_FILE = "/etc/kubernetes/mco-extender/ca.crt"
+DEFAULT_SCHEDULER_NAME = "mco-kube-scheduler"
+DEFAULT_LEASE_NAMESPACE = "kube-system"
+# A pod's spec.schedulerName and a Lease's name are DNS subdomains; a namespace is a DNS label.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_NAMES = {
+    "--scheduler-name": (re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"), 253),
+    "--lease-namespace": (re.compile(_DNS_LABEL), 63),
+}
 
 
 def volcano_tier(url: str, http_timeout: str) -> list[dict[str, Any]]:
@@ -52,6 +65,9 @@ def kube_scheduler_config(
     *,
     weight: int,
     http_timeout: str,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    leader_elect: bool = False,
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE,
     ca_file: str | None = None,
     cert_file: str | None = None,
     key_file: str | None = None,
@@ -74,6 +90,14 @@ def kube_scheduler_config(
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
+        # The Lease is named after the scheduler, so that replicas of this scheduler elect among
+        # themselves and never wait on the cluster scheduler's kube-system/kube-scheduler.
+        "leaderElection": {
+            "leaderElect": leader_elect,
+            "resourceName": scheduler_name,
+            "resourceNamespace": lease_namespace,
+        },
+        "profiles": [{"schedulerName": scheduler_name}],
         "extenders": [extender],
     }
 
@@ -89,7 +113,9 @@ _VOLCANO_HTTPS = """\
 # (client_auth_type NoClientCert in --web.config.file).
 """
 _KUBE_HEADER = """\
-# mco-extender for kube-scheduler: merge `extenders` into your KubeSchedulerConfiguration.
+# mco-extender for kube-scheduler. Run a second kube-scheduler with this file as --config: it
+# schedules the pods whose spec.schedulerName is its profile's, elects its leader on its own
+# Lease, and asks the extender. Or merge only `extenders` into your scheduler's configuration.
 # Scores are 0-10; kube-scheduler multiplies them by weight x 10 before adding them to the
 # in-tree plugins' scores.
 """
@@ -116,6 +142,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-call timeout (default 1s; Volcano's prioritize carries every node's NodeInfo)",
     )
     parser.add_argument("--weight", type=int, default=1, help="kube-scheduler weight (> 0)")
+    parser.add_argument(
+        "--scheduler-name",
+        default=DEFAULT_SCHEDULER_NAME,
+        help="kube-scheduler: the profile's schedulerName, also its Lease's name "
+        f"(default {DEFAULT_SCHEDULER_NAME})",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="kube-scheduler: leader election, for more than one replica (default off)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default=DEFAULT_LEASE_NAMESPACE,
+        help=f"kube-scheduler: namespace of its Lease (default {DEFAULT_LEASE_NAMESPACE})",
+    )
     parser.add_argument("--ca-file", help="kube-scheduler: CA that signed the extender's cert")
     parser.add_argument("--client-cert-file", help="kube-scheduler: client certificate (mTLS)")
     parser.add_argument("--client-key-file", help="kube-scheduler: client key (mTLS)")
@@ -128,6 +171,9 @@ class PrintConfigSettings:
     url: str = DEFAULT_URL
     http_timeout: float | None = None  # seconds
     weight: int = 1
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    leader_elect: bool = False
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
     ca_file: str | None = None
     client_cert_file: str | None = None
     client_key_file: str | None = None
@@ -142,11 +188,21 @@ class PrintConfigSettings:
             raise ValueError(
                 "--weight must be positive (kube-scheduler rejects 0 with a prioritizeVerb)"
             )
+        for flag, name in (
+            ("--scheduler-name", args.scheduler_name),
+            ("--lease-namespace", args.lease_namespace),
+        ):
+            pattern, longest = _NAMES[flag]
+            if not pattern.fullmatch(name) or len(name) > longest:
+                raise ValueError(f"{flag} must be a Kubernetes name, got {name!r}")
         return cls(
             scheduler="volcano" if args.volcano else "kube-scheduler",
             url=args.url,
             http_timeout=args.http_timeout,
             weight=args.weight,
+            scheduler_name=args.scheduler_name,
+            leader_elect=args.leader_elect,
+            lease_namespace=args.lease_namespace,
             ca_file=args.ca_file,
             client_cert_file=args.client_cert_file,
             client_key_file=args.client_key_file,
@@ -166,6 +222,9 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
             s.url,
             weight=s.weight,
             http_timeout=go_duration(1.0 if s.http_timeout is None else s.http_timeout),
+            scheduler_name=s.scheduler_name,
+            leader_elect=s.leader_elect,
+            lease_namespace=s.lease_namespace,
             ca_file=s.ca_file,
             cert_file=s.client_cert_file,
             key_file=s.client_key_file,

@@ -21,6 +21,7 @@ from mco.flags import listen_address, size
 from mco.webconfig import TLSServerConfig, WebConfig
 from rulegen.model import DetectionRuleConfig
 from tests.chart.helm import merge, render, render_scenario, scenario_values
+from tests.extender.kube_scheduler_v1 import problems
 
 
 def container(rendered: Any, kind: str, suffix: str) -> dict[str, Any]:
@@ -240,19 +241,97 @@ def test_volcano_configmap_is_what_print_config_prints(tls: bool) -> None:
     assert plugins.count("extender") == 1 and "predicates" in plugins
 
 
-@pytest.mark.parametrize("tls", [False, True])
-def test_kube_scheduler_configmap_is_what_print_config_prints(tls: bool) -> None:
-    values: dict[str, Any] = {"extender": {"tls": {"enabled": tls, "secretName": "x"}}}
+@pytest.mark.parametrize(
+    ("tls", "replicas", "name"),
+    [(False, 1, None), (True, 1, None), (False, 2, "batch.example.com"), (True, 3, "b")],
+)
+def test_kube_scheduler_configmap_is_what_print_config_prints(
+    tls: bool, replicas: int, name: str | None
+) -> None:
+    """One shape in two places: the ConfigMap equals print-config's output for the same
+    choices (URL, TLS, profile name, leader election with more than one replica, the Lease in
+    the release namespace), and kube-scheduler would run it as a second scheduler."""
+    k: dict[str, Any] = {"deploy": {"replicas": replicas}}
     if tls:
-        values["scheduler"] = {
-            "kubeScheduler": {"clientCertFile": "/c.pem", "clientKeyFile": "/k.pem"}
-        }
+        k.update(clientCertFile="/c.pem", clientKeyFile="/k.pem")
+    if name:
+        k["schedulerName"] = name
+    values = {
+        "extender": {"tls": {"enabled": tls, "secretName": "x"}},
+        "scheduler": {"kubeScheduler": k},
+    }
     data = render(values).one("ConfigMap", "-kube-scheduler")["data"]
     scheme = "https" if tls else "http"
     argv = ["--kube-scheduler", "--url", f"{scheme}://mco-extender.mco-system.svc:9848"]
+    argv += ["--lease-namespace", "mco-system", "--scheduler-name", name or "mco-kube-scheduler"]
+    if replicas > 1:
+        argv.append("--leader-elect")
     if tls:
         argv += ["--client-cert-file", "/c.pem", "--client-key-file", "/k.pem"]
-    assert yaml.safe_load(data["kube-scheduler-config.yaml"]) == _printed(argv)
+    doc = yaml.safe_load(data["kube-scheduler-config.yaml"])
+    assert doc == _printed(argv)
+    assert problems(doc) == []
+
+
+def test_the_second_kube_scheduler_runs_the_configmap_with_its_own_permissions() -> None:
+    """scheduler.kubeScheduler.deploy: upstream's "configure multiple schedulers" — kube-scheduler
+    with the ConfigMap as --config, kube-scheduler's own cluster roles, the authentication
+    reader in kube-system, get/update on its own Lease only with leader election, and the
+    extender's NetworkPolicy admits it."""
+    assert not [o for o in render().objects if o["kind"] == "Deployment"
+                and o["metadata"]["name"] == "mco-kube-scheduler"]  # fmt: skip
+    values = {"scheduler": {"kubeScheduler": {"deploy": {"enabled": True, "replicas": 2}}}}
+    rendered = render(values, kube_version="v1.36.2")
+    deployment = rendered.one("Deployment", "-kube-scheduler")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.36.2"  # the cluster's version
+    config = next(a for a in c["command"] if a.startswith("--config="))
+    (mount,) = [m for m in c["volumeMounts"] if config.startswith(f"--config={m['mountPath']}/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    cm = rendered.one("ConfigMap", "-kube-scheduler")
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    assert config.rpartition("/")[2] in cm["data"]
+    doc = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
+    assert doc["leaderElection"]["leaderElect"] is True and problems(doc) == []
+    assert c["securityContext"]["runAsNonRoot"] and not c["securityContext"].get("privileged")
+
+    sa = pod["serviceAccountName"]
+    bound = {
+        (b["kind"], b["metadata"].get("namespace"), b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in rendered.objects
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and {"kind": "ServiceAccount", "name": sa, "namespace": "mco-system"} in b["subjects"]
+    }
+    assert bound == {
+        ("ClusterRoleBinding", None, "ClusterRole", "system:kube-scheduler"),
+        ("ClusterRoleBinding", None, "ClusterRole", "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", "mco-system", "Role", "mco-kube-scheduler"),
+    }
+    lease = doc["leaderElection"]
+    assert rendered.one("Role", "-kube-scheduler")["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease["resourceName"]],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert (
+        lease["resourceNamespace"]
+        == rendered.one("Role", "-kube-scheduler")["metadata"]["namespace"]
+    )
+    single = render({"scheduler": {"kubeScheduler": {"deploy": {"enabled": True}}}})
+    assert not [o for o in single.objects if o["kind"] == "Role" and "kube-scheduler" in
+                o["metadata"]["name"]]  # fmt: skip
+    peers = rendered.one("NetworkPolicy", "-extender")["spec"]["ingress"][0]["from"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert any(
+        set(p.keys()) == {"podSelector"}
+        and p["podSelector"]["matchLabels"].items() <= labels.items()
+        for p in peers
+    )
 
 
 def test_reporter_accepts_the_chart_arguments() -> None:

@@ -32,6 +32,16 @@ EXPECTED_RBAC: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods"): {"list", "watch"},  # the pod watch (kube-scheduler placements), by default
     },
     "mco-kata-deploy": {("", "nodes"): {"get", "patch"}},
+    # The second kube-scheduler's own Lease (client-go's leases lock reads, then updates); the
+    # rest of what it needs comes from kube-scheduler's bootstrap roles (below).
+    "mco-kube-scheduler": {("coordination.k8s.io", "leases"): {"get", "update"}},
+}
+# Roles Kubernetes ships that the second kube-scheduler is bound to, as upstream's "configure
+# multiple schedulers" binds its scheduler: (binding kind, namespace, role).
+KUBE_SCHEDULER_ROLES = {
+    ("ClusterRoleBinding", None, "system:kube-scheduler"),
+    ("ClusterRoleBinding", None, "system:volume-scheduler"),
+    ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
 }
 
 
@@ -48,7 +58,13 @@ def permissions(objects: list[dict[str, Any]], role_name: str) -> dict[tuple[str
 
 
 def everything() -> list[dict[str, Any]]:
-    values = merge(scenario_values("full"), {"kata": {"deploy": {"enabled": True}}})
+    values = merge(
+        scenario_values("full"),
+        {
+            "kata": {"deploy": {"enabled": True}},
+            "scheduler": {"kubeScheduler": {"deploy": {"enabled": True, "replicas": 2}}},
+        },
+    )
     return render(values).objects
 
 
@@ -80,11 +96,19 @@ def test_lease_and_prometheusrule_updates_are_limited_to_their_own_objects() -> 
 
 
 def test_every_service_account_is_bound_only_to_its_own_roles() -> None:
+    """Each ServiceAccount to the roles of the same name, except the second kube-scheduler's,
+    which is bound to kube-scheduler's own shipped roles too, and to nothing else."""
     objects = everything()
+    shipped = set()
     for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         (subject,) = binding["subjects"]
         assert subject["kind"] == "ServiceAccount"
-        assert subject["name"] == binding["roleRef"]["name"] == binding["metadata"]["name"]
+        role = binding["roleRef"]["name"]
+        if subject["name"] == "mco-kube-scheduler" and role != "mco-kube-scheduler":
+            shipped.add((binding["kind"], binding["metadata"].get("namespace"), role))
+            continue
+        assert subject["name"] == role == binding["metadata"]["name"]
+    assert shipped == KUBE_SCHEDULER_ROLES
 
 
 def exporter_pod(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -132,8 +132,8 @@ def test_operator_crds_reject_what_the_api_server_would() -> None:
 
 
 def test_tls_and_options_validate_too() -> None:
-    """The optional branches (TLS, root with SYS_ADMIN, resctrl, kata-deploy) render valid
-    objects."""
+    """The optional branches (TLS, root with SYS_ADMIN, resctrl, kata-deploy, the second
+    kube-scheduler with leader election and its TLS material) render valid objects."""
     values = merge(
         scenario_values("full"),
         {
@@ -168,9 +168,27 @@ def test_tls_and_options_validate_too() -> None:
                 }
             },
             "kata": {"deploy": {"enabled": True}},
+            "scheduler": {
+                "kubeScheduler": {
+                    "deploy": {
+                        "enabled": True,
+                        "replicas": 2,
+                        "image": {"digest": "sha256:" + "0" * 64},
+                        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+                        "tolerations": [
+                            {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+                        ],
+                        "extraVolumes": [{"name": "ca", "secret": {"secretName": "mco-ca"}}],
+                        "extraVolumeMounts": [
+                            {"name": "ca", "mountPath": "/etc/kubernetes/mco-extender"}
+                        ],
+                    }
+                }
+            },
         },
     )
     rendered = render(values)
+    assert rendered.one("Deployment", "-kube-scheduler")
     for obj in rendered.objects:
         if obj["kind"] in OPERATOR_KINDS:
             assert operator_errors(obj) == [], obj["metadata"]["name"]

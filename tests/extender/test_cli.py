@@ -19,6 +19,7 @@ from extender.cli import build_parser, main, parse_settings
 from scripts.procs import Managed, free_port, wait_until
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, metric, write_reports
+from tests.extender.kube_scheduler_v1 import problems
 from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web, wait_served
 
 
@@ -79,6 +80,44 @@ def test_print_config_kube_scheduler():
     ]
 
 
+def test_print_config_kube_scheduler_runs_as_a_second_scheduler():
+    """Issue 26: without a profile the file is `default-scheduler`, and with the default Lease
+    kube-system/kube-scheduler a second scheduler waits for the cluster scheduler's lease
+    forever. The printed file names its own profile and Lease, and is strictly valid v1."""
+    _, doc = printed("--kube-scheduler")
+    assert problems(doc) == []
+    assert doc["profiles"] == [{"schedulerName": "mco-kube-scheduler"}]
+    assert doc["leaderElection"] == {
+        "leaderElect": False,
+        "resourceName": "mco-kube-scheduler",
+        "resourceNamespace": "kube-system",
+    }
+    _, doc = printed("--kube-scheduler", "--scheduler-name", "batch.example.com",
+                     "--leader-elect", "--lease-namespace", "sched")  # fmt: skip
+    assert problems(doc) == []
+    assert doc["profiles"] == [{"schedulerName": "batch.example.com"}]
+    assert doc["leaderElection"] == {
+        "leaderElect": True,
+        "resourceName": "batch.example.com",
+        "resourceNamespace": "sched",
+    }
+
+
+def test_the_v1_checks_catch_what_issue_26_found():
+    """The checker the tests rely on refuses the shape main printed before (no profile, the
+    default Lease) and a misspelt field, as kube-scheduler's strict decoding does."""
+    old = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "extenders": [{"urlPrefix": "http://e/scheduler", "prioritizeVerb": "p", "weight": 1}],
+    }
+    found = problems(old)
+    assert any("Lease" in p for p in found) and any("schedulerName" in p for p in found)
+    _, doc = printed("--kube-scheduler")
+    doc["extenders"][0]["nodeCacheable"] = True
+    assert problems(doc) == [".extenders[0].nodeCacheable: unknown field"]
+
+
 def test_print_config_https_names_a_ca_and_a_client_certificate():
     _, doc = printed("--kube-scheduler", "--url", "https://ext:9848", "--ca-file", "/ca.crt",
                      "--client-cert-file", "/c.crt", "--client-key-file", "/c.key")  # fmt: skip
@@ -94,7 +133,9 @@ def test_print_config_https_names_a_ca_and_a_client_certificate():
 @pytest.mark.parametrize(
     "argv",
     [[], ["--volcano", "--kube-scheduler"], ["--volcano", "--url", "ftp://x"],
-     ["--kube-scheduler", "--weight", "0"]],
+     ["--kube-scheduler", "--weight", "0"], ["--kube-scheduler", "--scheduler-name", "A"],
+     ["--kube-scheduler", "--scheduler-name", ""],
+     ["--kube-scheduler", "--lease-namespace", "a.b"]],
 )  # fmt: skip
 def test_print_config_rejects_bad_flags(argv, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -394,3 +394,21 @@ report, the verdict tables and one decode (docs/extender.md, "All bodies togethe
 {{- $perWorker := add (include "mco.extenderBodyMemory" . | int64) 104857600 -}}
 {{- mul (int64 .Values.extender.workers) $perWorker -}}
 {{- end -}}
+
+{{/* The second kube-scheduler elects a leader (on its own Lease) only with more than one replica. */}}
+{{- define "mco.kubeSchedulerLeaderElect" -}}
+{{- gt (int .Values.scheduler.kubeScheduler.deploy.replicas) 1 -}}
+{{- end -}}
+
+{{/* The second kube-scheduler's image: the cluster's own version unless a tag is given. */}}
+{{- define "mco.kubeSchedulerImage" -}}
+{{- $img := .Values.scheduler.kubeScheduler.deploy.image -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else if $img.tag -}}
+{{- printf "%s:%s" $img.repository $img.tag -}}
+{{- else -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- printf "%s:v%d.%d.%d" $img.repository $v.Major $v.Minor $v.Patch -}}
+{{- end -}}
+{{- end -}}
