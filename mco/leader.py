@@ -5,8 +5,15 @@ replaces the Lease with PUT (which the test API server, kmock, does not serve), 
 race as an exception, never releases the lease on shutdown, and keeps no fencing time. This one:
 
 * A candidate takes the Lease when it does not exist, has no holder, or its holder has not
-  renewed it for ``lease_duration`` *as observed by this candidate* (the time it last saw the
-  record change, on its own monotonic clock, so clock skew between nodes does not matter).
+  renewed it for ``lease_duration`` *as observed by this candidate* (when its read first
+  returned the record as it is now, on its own monotonic clock, so clock skew between nodes
+  does not matter; timed after the answer, as client-go does, so never before the write).
+* A standby's next round comes after the retry period, or sooner: the moment the holder's
+  lease runs out on its clock. A holder killed at K, whose last renewal landed at W <= K, is
+  seen at most one retry period (plus a round trip) after W, and its lease is taken at
+  W + lease duration as seen, plus the taking round's read and write: takeover within lease
+  duration + retry period + round trips of K, never before W + lease duration. (Waiting a
+  whole retry period past the expiry, as this module did, added up to one more period.)
 * Every update is a merge patch carrying the ``resourceVersion`` it read: of two candidates
   racing for an expired lease, one gets 409 and stays a follower.
 * The leader renews every ``retry_period``; ``is_leader()`` turns false once ``renew_deadline``
@@ -71,6 +78,7 @@ class LeaseElector:
         self.clock = clock
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._expires_at: float | None = None  # another holder's lease runs out (our clock)
         self._renewed_at: float | None = None  # when the last successful renewal was sent
         self._leading = False
         self.transitions_seen = 0
@@ -103,10 +111,18 @@ class LeaseElector:
                 except Exception as exc:  # the API may fail in any way; keep campaigning
                     log.warning("lease check failed", extra={"lease": self.name, "err": str(exc)})
                 self._update_leading()
-                await asyncio.sleep(self.retry_period)
+                await asyncio.sleep(self.next_round_in())
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.release())
+
+    def next_round_in(self) -> float:
+        """Seconds to the next round: the retry period, or less when another holder's lease
+        runs out sooner on this replica's clock (then it is taken at once, not up to a retry
+        period late)."""
+        if self._expires_at is None:
+            return self.retry_period
+        return min(self.retry_period, max(self._expires_at - self.clock(), 0.0))
 
     def _update_leading(self) -> None:
         if self._leading and not self.is_leader():
@@ -157,12 +173,14 @@ class LeaseElector:
 
     async def try_acquire_or_renew(self) -> bool:
         sent = self.clock()
+        self._expires_at = None
         try:
             lease = await self._api.read_namespaced_lease(self.name, self.namespace)
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
             return await self._create(sent)
+        read = self.clock()
         spec = lease.spec or client.V1LeaseSpec()
         record = (
             spec.holder_identity,
@@ -172,12 +190,13 @@ class LeaseElector:
         )
         if record != self._observed:
             self._observed = record
-            self._observed_at = sent
+            self._observed_at = read
         holder = spec.holder_identity or ""
         duration = float(spec.lease_duration_seconds or self.lease_duration)
-        if holder and holder != self.identity and sent < self._observed_at + duration:
+        if holder and holder != self.identity and read < self._observed_at + duration:
             if self._leading:
                 self._set_leading(False)
+            self._expires_at = self._observed_at + duration
             return False
         now = _now_micro()
         patch: dict[str, Any] = {

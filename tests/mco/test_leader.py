@@ -147,6 +147,40 @@ async def test_the_standby_takes_a_crashed_leaders_lease_once_it_expired_on_its_
     assert changes.seen == [("a", True), ("b", True)] and b.transitions_seen == 1
 
 
+@pytest.mark.parametrize("phase", [i / 10 for i in range(8)])
+async def test_takeover_after_a_crash_is_within_lease_duration_plus_retry_period(
+    kapi, clients, phase: float
+) -> None:
+    """The stated bound (docs/reporter.md, "Takeover bound"), on the standby's own schedule
+    (``next_round_in``) and every phase between its rounds and the holder's: the holder renews
+    every retry period and dies right after a renewal at K; the standby takes the lease no
+    later than K + lease duration + retry period and not before that renewal + lease duration.
+    With a whole retry period between the standby's rounds, as before, the worst phase took up
+    to one more period (here up to 3.1 s against 2.8 s)."""
+    retry = 0.8  # the lease duration (2 s) is not a multiple: rounds do not line up with expiry
+    changes = Changes()
+    ca, cb = Clock(0.0), Clock(5000.0)  # one timeline; b's clock is offset (skew is harmless)
+    a = elector(clients, "a", changes, ca, retry_period=retry)
+    b = elector(clients, "b", changes, cb, retry_period=retry)
+    now, kill, renewed = 0.0, 2 * retry, 0.0  # a's third renewal is its last: it dies then
+    a_next, b_next = 0.0, phase + 0.005  # b's rounds fall between a's at every phase
+    taken_at = None
+    while taken_at is None and now < 10.0:
+        now = min(a_next if a_next <= kill + 1e-9 else 1e9, b_next)
+        ca.now, cb.now = now, 5000.0 + now
+        if now == a_next:
+            assert await a.try_acquire_or_renew()
+            renewed, a_next = now, now + retry
+            continue
+        if await b.try_acquire_or_renew():
+            taken_at = now
+        b_next = now + b.next_round_in()
+        assert b.next_round_in() <= retry
+    assert taken_at is not None and holder(kapi) == "b"
+    assert renewed == pytest.approx(kill)
+    assert renewed + DURATION <= taken_at <= kill + DURATION + retry, (phase, taken_at)
+
+
 async def test_a_leader_that_cannot_renew_stops_before_any_standby_may_take_over(
     kapi, clients
 ) -> None:
