@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +29,7 @@ from tests.reporter.kapi import VersionedKubernetes
 
 DURATION, DEADLINE, RETRY = 2.0, 1.2, 0.2
 WAIT = 10.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Clock:
@@ -348,3 +357,96 @@ async def test_without_an_elector_the_work_just_runs() -> None:
 
     await asyncio.wait_for(run_while_leading(None, work), WAIT)
     assert ran.is_set()
+
+
+# -- a real holder process, SIGKILLed ----------------------------------------------------------
+
+HOLDER = """
+import asyncio, sys
+from kubernetes_asyncio import client
+from mco.leader import LeaseElector
+
+async def main() -> None:
+    api = client.ApiClient(client.Configuration(host=sys.argv[1]))
+    api.user_agent = "mco-test (a)"
+    elector = LeaseElector(api, name=sys.argv[2], namespace="mco", identity="a",
+                           lease_duration=2.0, renew_deadline=1.5, retry_period=0.8)
+    await elector.run()
+
+asyncio.run(main())
+"""
+
+
+class TimedElector(LeaseElector):
+    """The standby, with the length of each of its lease rounds (read, maybe write): the
+    stated bound allows for the round trips of the round that sees the last renewal and of
+    the round that takes the lease."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rounds: list[float] = []
+
+    async def try_acquire_or_renew(self) -> bool:
+        start = self.clock()
+        try:
+            return await super().try_acquire_or_renew()
+        finally:
+            self.rounds.append(self.clock() - start)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(3))
+async def test_a_sigkilled_holder_is_replaced_within_the_stated_bound(
+    kapi, clients, trial: int
+) -> None:
+    """A real process holds the Lease (2 s, retry 0.8 s) and is SIGKILLed at a random point of
+    its renewal cycle; the standby's real election loop takes the Lease no sooner than the last
+    renewal + the lease duration, and no later than the kill + lease duration + retry period
+    + its round trips (docs/reporter.md, "Takeover bound")."""
+    duration, retry, name = 2.0, 0.8, f"kill-{trial}"
+    took: list[tuple[float, datetime]] = []
+
+    def changed(leading: bool) -> None:
+        if leading:
+            took.append((time.monotonic(), datetime.now(UTC)))
+
+    holder_proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(kapi.url).rstrip("/"), name],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    b = TimedElector(clients("b"), name=name, namespace="mco", identity="b",
+                     lease_duration=duration, renew_deadline=1.5, retry_period=retry,
+                     on_change=changed)  # fmt: skip
+    standby: asyncio.Task[None] | None = None
+    try:
+        async with asyncio.timeout(30):
+            while (kapi.lease(name, "mco") or {}).get("spec", {}).get("holderIdentity") != "a":
+                await asyncio.sleep(0.02)
+        standby = asyncio.create_task(b.run())
+        await rounds(kapi, "b", 2)
+        await asyncio.sleep(random.uniform(0, retry))  # any phase of the renewal cycle
+        holder_proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        async with asyncio.timeout(WAIT):
+            while holder_proc.poll() is None:
+                await asyncio.sleep(0.01)
+            # Dead: the Lease holds its last renewal (no standby may have taken it yet).
+            spec = (kapi.lease(name, "mco") or {})["spec"]
+            assert spec["holderIdentity"] == "a"
+            last_renewal = datetime.fromisoformat(spec["renewTime"])
+            while not took:
+                await asyncio.sleep(0.01)
+    finally:
+        if holder_proc.poll() is None:
+            holder_proc.kill()
+            holder_proc.wait()
+        if standby is not None:
+            await stop(standby)
+    (took_mono, took_wall), *_ = took
+    slack = 2 * max(b.rounds) + 0.1  # two round trips, and the event loop's timer lateness
+    after = took_mono - killed
+    print(f"takeover {after:.3f} s after SIGKILL (bound {duration + retry} s + {slack:.3f} s)")
+    assert after <= duration + retry + slack
+    assert took_wall >= last_renewal + timedelta(seconds=duration)  # the lease had run out
+    assert b.transitions_seen == 1
