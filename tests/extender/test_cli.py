@@ -80,26 +80,25 @@ def test_print_config_kube_scheduler():
     ]
 
 
-def test_print_config_kube_scheduler_runs_as_a_second_scheduler():
+@pytest.mark.parametrize(
+    ("argv", "name", "elect", "namespace"),
+    [
+        ([], "mco-kube-scheduler", False, "kube-system"),
+        (["--scheduler-name", "batch.example.com", "--leader-elect", "--lease-namespace", "s"],
+         "batch.example.com", True, "s"),
+    ],
+)  # fmt: skip
+def test_print_config_kube_scheduler_runs_as_a_second_scheduler(argv, name, elect, namespace):
     """Issue 26: without a profile the file is `default-scheduler`, and with the default Lease
     kube-system/kube-scheduler a second scheduler waits for the cluster scheduler's lease
     forever. The printed file names its own profile and Lease, and is strictly valid v1."""
-    _, doc = printed("--kube-scheduler")
+    _, doc = printed("--kube-scheduler", *argv)
     assert problems(doc) == []
-    assert doc["profiles"] == [{"schedulerName": "mco-kube-scheduler"}]
+    assert doc["profiles"] == [{"schedulerName": name}]
     assert doc["leaderElection"] == {
-        "leaderElect": False,
-        "resourceName": "mco-kube-scheduler",
-        "resourceNamespace": "kube-system",
-    }
-    _, doc = printed("--kube-scheduler", "--scheduler-name", "batch.example.com",
-                     "--leader-elect", "--lease-namespace", "sched")  # fmt: skip
-    assert problems(doc) == []
-    assert doc["profiles"] == [{"schedulerName": "batch.example.com"}]
-    assert doc["leaderElection"] == {
-        "leaderElect": True,
-        "resourceName": "batch.example.com",
-        "resourceNamespace": "sched",
+        "leaderElect": elect,
+        "resourceName": name,
+        "resourceNamespace": namespace,
     }
 
 
