@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from extender.config import VerdictConfig
 from extender.judge import Judge, settle
 from extender.reports import ReportStore
+from extender.reservation import POD_WATCH, Placement, Reservations
 from extender.tables import MAX_TABLE_ENTRIES
 from extender.verdict import NodeFacts, Verdict, decide, pod_facts
 from mco.policy import DEFAULT_POLICIES, Policy
@@ -271,3 +272,24 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
         "no_data",
     ]
     assert judge.verdicts(["unknown"], pod, T0 + 1)[0].score == 70.0  # alone: the fallback
+
+
+def test_a_node_without_data_counts_at_the_neutral_level_plus_its_own_reservation() -> None:
+    """Placements on a node no report knows count as on a known node: they lower its score
+    (a burst spreads over such nodes) and, past the policy's maxLevel, reject it while a node
+    with data passes; alone it stays the fallback."""
+    config = VerdictConfig()  # neutral 50: level 0.5
+    store = ReportStore()
+    store.replace_all([cluster_report({"quiet": entry(0.1, now=T0)})])
+    reservations = Reservations(span=30, keep_for=60)
+    judge = Judge(store, config, reservations=reservations)
+    lenient = pod_facts(None, config, Policy("lenient", max_level=0.6))
+    assert [v.reason for v in judge.verdicts(["quiet", "new"], lenient, T0)] == ["ok", "unknown"]
+    reservations.place("p1", Placement("new", 0.05, T0 - 1, POD_WATCH))
+    [_quiet, new] = judge.verdicts(["quiet", "new"], lenient, T0)
+    assert new.passed and new.score == 45.0  # 100 x (1 - 0.55)
+    reservations.place("p2", Placement("new", 0.2, T0 - 1, POD_WATCH))  # 0.75 > 0.6
+    assert [v.reason for v in judge.verdicts(["quiet", "new"], lenient, T0)] == ["ok", "no_data"]
+    [alone] = judge.verdicts(["new"], lenient, T0)
+    assert alone.passed and alone.reason == "unknown" and alone.score == 25.0
+    assert judge.verdicts(["new"], lenient, T0 + 61)[0].score == 50.0  # forgotten
