@@ -180,11 +180,16 @@ class Judge:
         """Steps 2-5 for the nodes ``names`` of one call; ``nodes``: the same nodes with what the
         request told about each (their Kata labels), when it carried them."""
         # 2. The cached table verdicts, or node by node where the nodes' Kata labels count.
+        # Whether a verdict may be ``unproven`` is known without reading them all (step 4).
         kata_nodes = nodes if nodes is not None and pod.wants_kata else None
         if kata_nodes is not None:
             verdicts = [self._decide(facts, pod, now, NO_TERMS) for facts in kata_nodes]
+            unproven = True
         else:
-            verdicts = self._looked_up(names, pod, now)
+            table = self._table(pod)
+            verdicts = table.lookup(names, now)
+            unproven = table.may_be_unproven(names)
+            self._trimmed(table)
         # 3. The per-node adjustments, for the nodes some source adds to.
         sources = self.sources()
         touched: set[str] = set()
@@ -196,10 +201,13 @@ class Judge:
             for name in touched:
                 terms = self._terms(sources, name, pod.policy, now)
                 if terms != NO_TERMS:
-                    redo[name] = self._decide(facts.get(name, NodeFacts(name)), pod, now, terms)
+                    redo[name] = verdict = self._decide(
+                        facts.get(name, NodeFacts(name)), pod, now, terms
+                    )
+                    unproven = unproven or verdict.unproven
             _put(names, verdicts, redo)
         # 4. No data is no proof, where nodes with data pass the policy's maxLevel.
-        return settle(verdicts, pod.policy, self.config)
+        return settle(verdicts, pod.policy, self.config) if unproven else verdicts
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
         """The pass for a call about one node (Volcano's predicate)."""
@@ -228,20 +236,22 @@ class Judge:
 
     # -- the tables -----------------------------------------------------------------------------
 
-    def _looked_up(self, names: Sequence[str], pod: PodFacts, now: float) -> list[Verdict]:
-        """The table verdicts of ``names`` for this kind of pod (its table made if need be)."""
+    def _table(self, pod: PodFacts) -> Table:
+        """The table of this kind of pod, made if need be, now the most recently used."""
         key = (pod.runtime_class if pod.wants_kata else None, pod.policy.name)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = Table(self.store, pod, self.config)
-        if table is not self._current:  # now the most recently used
+        if table is not self._current:
             self._tables[key] = self._tables.pop(key)
             self._current = table
-        verdicts = table.lookup(names, now)
+        return table
+
+    def _trimmed(self, table: Table) -> None:
+        """After a lookup: the least recently used tables go while all are over the bound."""
         if table.grew:
             table.grew = False
             self._trim(table)
-        return verdicts
 
     def table_entries(self) -> int:
         """Verdicts held by all tables (for tests and the bound above)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 
 from extender.config import VerdictConfig
 from extender.reports import KnownNode, ReportStore
@@ -39,6 +38,23 @@ MAX_TABLE_ENTRIES = 131_072
 _TABLE_COST = 64  # a table's own cost, in entries, so that even empty tables are bounded
 
 
+class _Verdicts(dict[str, Verdict]):
+    """Verdicts by node name. A name it lacks reads as ``unknown`` and is counted in ``misses``
+    (``__missing__`` runs only for those), so a lookup tells whether it met a node no report
+    knows at no cost to the names it holds."""
+
+    __slots__ = ("misses", "unknown")
+
+    def __init__(self, unknown: Verdict) -> None:
+        super().__init__()
+        self.unknown = unknown
+        self.misses = 0
+
+    def __missing__(self, name: str) -> Verdict:
+        self.misses += 1
+        return self.unknown
+
+
 class Table:
     """Current verdicts for one kind of pod, for every node the store knows."""
 
@@ -48,7 +64,9 @@ class Table:
         self._config = config
         # What a node no report mentions gets; it does not depend on the node's name or time.
         self.unknown = decide(None, -math.inf, pod, NodeFacts(""), config, 0.0)
-        self.verdicts: dict[str, Verdict] = {}
+        self.verdicts = _Verdicts(self.unknown)
+        # Nodes whose verdict is ``unproven`` (stale, under a maxLevel the neutral level is above).
+        self.unproven: set[str] = set()
         # Fresh verdicts and when they can turn stale: a fixed time for entries that are not
         # live; the sample time, to be maxed with the heartbeat, for live ones.
         self._expires: dict[str, float] = {}
@@ -97,7 +115,15 @@ class Table:
             self._expire(now)
         if self._missing:
             self._refill(now)
-        return list(map(self.verdicts.get, names, repeat(self.unknown)))
+        self.verdicts.misses = 0
+        return list(map(self.verdicts.__getitem__, names))
+
+    def may_be_unproven(self, names: Sequence[str]) -> bool:
+        """Whether the last lookup, of ``names``, may hold an ``unproven`` verdict: a node no
+        report knows while the unknown verdict is one, or a node whose verdict is one."""
+        if self.unknown.unproven and self.verdicts.misses:
+            return True
+        return bool(self.unproven) and not self.unproven.isdisjoint(names)
 
     def _beat(self, now: float) -> None:
         self._heartbeat = self._store.heartbeat
@@ -131,7 +157,10 @@ class Table:
     def _add(self, name: str, known: KnownNode, now: float) -> None:
         config = self._config
         held = known.held_until(self._heartbeat)
-        self.verdicts[name] = decide(known.entry, held, self._pod, NodeFacts(name), config, now)
+        verdict = decide(known.entry, held, self._pod, NodeFacts(name), config, now)
+        self.verdicts[name] = verdict
+        if verdict.unproven:
+            self.unproven.add(name)
         if held - now >= config.clock_skew:
             at = held - config.clock_skew  # stale while now <= at
             self._future[name] = at
@@ -157,6 +186,7 @@ class Table:
     def _drop(self, name: str) -> None:
         """Forget the verdict of a node the store still knows: it is decided again."""
         self.verdicts.pop(name, None)
+        self.unproven.discard(name)
         self._expires.pop(name, None)
         self._live_sampled.pop(name, None)
         self._future.pop(name, None)

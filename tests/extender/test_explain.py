@@ -419,3 +419,5 @@ async def test_explain_answers_what_filter_and_prioritize_answer(client, labels,
     online = labels == {"tier": "online"}
     # Neutral 60 is level 0.4, above online's maxLevel 0.3: rejected where calm (0.25) passes.
     assert reasons["ghost"] == ("no_data" if online and "calm" in names else "unknown")
+    if "old" in names:  # stale data is no data either
+        assert reasons["old"] == ("no_data" if online and "calm" in names else "stale")
