@@ -7,8 +7,10 @@ carries none, which the answer says), the weights and the level arithmetic, each
 constraint's value and limit and whether it is held (violated in the report while the value
 is back under its limit: the rules' hysteresis), the data's age and staleness, the paths taken
 when data is missing (fail-open or fail-closed) or PSI is absent (fallback signals), the
-reservation and policy that applied, and the Kata evidence. The verdict itself is the one a
-scheduler gets for a names-only request (``Judge.node``), so the two cannot disagree.
+reservation and policy that applied, and the Kata evidence. The verdicts themselves are the ones
+a scheduler gets for a names-only request of the same nodes (``Judge.verdicts``, one pass over
+all of them: whether a node without data is rejected depends on the others), so the two cannot
+disagree.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import msgspec
 from extender.config import VerdictConfig
 from extender.judge import Judge
 from extender.reports import KnownNode
-from extender.verdict import NodeFacts, PodFacts, Reason, Verdict, is_stale, pod_facts
+from extender.verdict import PodFacts, Reason, Verdict, is_stale
 from extender.wire import (
     MAX_NAME,
     UNDECODABLE,
@@ -31,8 +33,6 @@ from extender.wire import (
     Pod,
     decode_error,
     pod_key,
-    pod_labels,
-    runtime_class,
 )
 from mco.policy import Policy
 from reporter.schema import (
@@ -307,6 +307,8 @@ def _constraints(
 
 def _taken(verdict: Verdict, config: VerdictConfig) -> str:
     reason = verdict.reason
+    if reason == Reason.NO_DATA:
+        return "no data: rejected, nodes with data pass the policy's maxLevel"
     if reason in (Reason.UNKNOWN, Reason.STALE):
         return "fail-closed: rejected" if config.fail_closed else "fail-open: neutral score"
     if reason == Reason.NO_LEVEL:
@@ -321,13 +323,14 @@ def _taken(verdict: Verdict, config: VerdictConfig) -> str:
 
 
 def _reservation(
-    judge: Judge, name: str, held: float, now: float, per_pod: float
+    judge: Judge, name: str, held: float, now: float, policy: Policy
 ) -> tuple[float, ReservationView]:
-    """The reservation on the node (what ``Judge.node`` added to the verdict's level) and the
+    """The reservation on the node (what ``Judge.verdicts`` added to the verdict's level) and the
     placements it counts (``extender.reservation``: placed after ``held - span``, not yet
     forgotten)."""
     reservations = judge.reservations
-    reserved = judge.reserved(name, held, now)
+    reserved = judge.terms(name, policy, now).reserved
+    per_pod = policy.reservation_per_pod
     if reservations is None:
         return reserved, ReservationView(reserved, per_pod, False, None, [])
     since, oldest = held - reservations.span, now - reservations.keep_for
@@ -353,13 +356,14 @@ def _explanation(
     config, store = judge.config, judge.store
     entry = known.entry
     held = store.held_until(known)
-    reserved, reservation = _reservation(judge, name, held, now, pod.policy.reservation_per_pod)
+    reserved, reservation = _reservation(judge, name, held, now, pod.policy)
+    avoided = judge.terms(name, pod.policy, now).avoided
     detections, terms = _detections(entry, thresholds[0])
     age = now - held
     weight = pod.policy.score_weight
     return Explanation(
         detections=detections,
-        level=_level(entry, terms, reserved, pod.policy, judge.avoided(name, pod.policy)),
+        level=_level(entry, terms, reserved, pod.policy, avoided),
         score=ScoreView(
             formula="score = 100·(1 − used), moved toward the neutral score by the policy's "
             "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100), then "
@@ -409,7 +413,7 @@ def explain(args: ExplainArgs, judge: Judge, now: float) -> ExplainAnswer:
     """The answer for ``args`` (decoded by `decode`) at ``now``."""
     store, config, live = judge.store, judge.config, judge.live
     wire_pod = args.pod
-    facts = pod_facts(runtime_class(wire_pod), config, judge.policy_for(pod_labels(wire_pod)))
+    facts = judge.pod(wire_pod)
     report = store.config
     if report is not None and report.detections is not None:
         thresholds = (report.detections, report.hard_constraints or {})
@@ -424,8 +428,7 @@ def explain(args: ExplainArgs, judge: Judge, now: float) -> ExplainAnswer:
     else:
         names = list(dict.fromkeys(args.nodes))  # each once, in the order asked
     answers = []
-    for name in names:
-        verdict = judge.node(NodeFacts(name), facts, now)
+    for name, verdict in zip(names, judge.verdicts(names, facts, now), strict=True):
         known = store.get(name)
         why = None
         if known is not None:

@@ -15,7 +15,7 @@ import msgspec
 
 from extender.decisions import note
 from extender.judge import Judge
-from extender.verdict import NodeFacts, PodFacts, Verdict, pod_facts
+from extender.verdict import NodeFacts, Verdict
 from extender.wire import (
     UNDECODABLE,
     BadRequest,
@@ -24,8 +24,6 @@ from extender.wire import (
     Pod,
     decode_error,
     pod_key,
-    pod_labels,
-    runtime_class,
 )
 
 
@@ -98,25 +96,17 @@ def _raw_nodes(items: list[msgspec.Raw]) -> Iterator[tuple[NodeFacts, msgspec.Ra
         yield facts, raw
 
 
-def _pod(pod: Pod | None, judge: Judge) -> PodFacts:
-    """What the verdict needs of the Pod: its runtime class and its policy."""
-    return pod_facts(runtime_class(pod), judge.config, judge.policy_for(pod_labels(pod)))
-
-
 def filter_nodes(args: FilterArgs, judge: Judge, now: float) -> tuple[FilterResult, list[Verdict]]:
-    pod = _pod(args.pod, judge)
+    pod = judge.pod(args.pod)
     nodes = list(_raw_nodes(args.nodes.items or [])) if args.nodes is not None else []
     if args.node_names is None and args.nodes is not None:
         names = [facts.name for facts, _raw in nodes]
-        if pod.wants_kata:  # the nodes' Kata labels count
-            verdicts = [judge.node(facts, pod, now) for facts, _raw in nodes]
-        else:
-            verdicts = judge.names(names, pod, now)
+        verdicts = judge.verdicts(names, pod, now, [facts for facts, _raw in nodes])
         kept = [raw for (_facts, raw), v in zip(nodes, verdicts, strict=True) if v.passed]
         out = FilterResult(NodeListOut({}, kept), None, {}, {})
     else:
         names = args.node_names or []
-        verdicts = judge.names(names, pod, now)
+        verdicts = judge.verdicts(names, pod, now)
         passed = [n for n, v in zip(names, verdicts, strict=True) if v.passed]
         out = FilterResult(None, passed, {}, {})
     for name, verdict in zip(names, verdicts, strict=True):
@@ -133,19 +123,16 @@ _KUBE_SCORE = itemgetter(4)  # Verdict.kube_score, read at C speed
 def prioritize(
     args: PrioritizeArgs, judge: Judge, now: float
 ) -> tuple[list[HostPriority], list[Verdict]]:
-    pod = _pod(args.pod, judge)
+    pod = judge.pod(args.pod)
     facts = [node.facts() for node in args.nodes.items or ()] if args.nodes is not None else []
     if not all(f.name for f in facts):
         raise BadRequest("a node in Nodes.items has no metadata.name")
     if args.node_names is None and args.nodes is not None:
         names = [f.name for f in facts]
-        if pod.wants_kata:  # the nodes' Kata labels count
-            verdicts = [judge.node(f, pod, now) for f in facts]
-        else:
-            verdicts = judge.names(names, pod, now)
+        verdicts = judge.verdicts(names, pod, now, facts)
     else:
         names = args.node_names or []
-        verdicts = judge.names(names, pod, now)
+        verdicts = judge.verdicts(names, pod, now)
     note(pod_key(args.pod), pod, names, verdicts)
     # map() over C callables: no Python frame per node (5,000 per call is normal).
     return list(map(HostPriority, names, map(_KUBE_SCORE, verdicts))), verdicts

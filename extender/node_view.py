@@ -9,7 +9,7 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.judge import Judge
-from extender.verdict import NodeFacts, PodFacts, Verdict, decide, is_stale
+from extender.verdict import NodeFacts, NodeTerms, PodFacts, Verdict, decide, is_stale
 from mco.policy import Policy
 from reporter.schema import DetectionState, Violation, format_time
 
@@ -82,14 +82,15 @@ def node_view(judge: Judge, now: float) -> NodesView:
         facts = NodeFacts(name)
         held = store.held_until(known)
         age = now - held
-        reserved = judge.reserved(name, held, now)
+        terms = NodeTerms(reserved=judge.terms(name, unlabelled, now).reserved)
+        reserved = terms.reserved
         nodes.append(
             NodeView(
                 name=name,
-                verdict=_view(decide(entry, held, plain, facts, config, now, reserved), config),
-                kata_verdict=_view(decide(entry, held, kata, facts, config, now, reserved), config),
+                verdict=_view(decide(entry, held, plain, facts, config, now, terms), config),
+                kata_verdict=_view(decide(entry, held, kata, facts, config, now, terms), config),
                 policy_verdicts={
-                    name: _view(decide(entry, held, pod, facts, config, now, reserved), config)
+                    name: _view(decide(entry, held, pod, facts, config, now, terms), config)
                     for name, pod in classes.items()
                 },
                 level=entry.level,

@@ -101,6 +101,15 @@ class Reservations:
         total = sum(p.amount for p in pods.values() if p.at > since and p.at >= oldest)
         return min(1.0, total)
 
+    def recent(self, node: str, now: float) -> float:
+        """The amount added to a node without data (no report, or none that parses): every
+        placement there not yet forgotten, capped at 1."""
+        pods = self._nodes.get(node)
+        if not pods:
+            return 0.0
+        oldest = now - self.keep_for
+        return min(1.0, sum(p.amount for p in pods.values() if p.at >= oldest))
+
     def _expire(self, now: float) -> None:
         oldest = now - self.keep_for
         # Insertion order is placement order for the live sources; a pod watch re-list may

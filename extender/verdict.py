@@ -1,8 +1,9 @@
 """The one decision both schedulers get: may this pod go to this node, and how good is the node.
 
 `decide` is a pure function of the node's report entry (or None) with the time up to which that
-entry is known to hold, facts about the pod and the node taken from the request, the
-configuration and the current time. The wire formats (`extender.volcano`, `extender.kube`) only
+entry is known to hold, facts about the pod and the node taken from the request, what the node's
+recent history adds (`NodeTerms`), the configuration and the current time. `extender.judge`
+applies it to the nodes of one call; the wire formats (`extender.volcano`, `extender.kube`) only
 translate its result.
 """
 
@@ -26,6 +27,18 @@ class NodeFacts(NamedTuple):
     kata_label: bool | None = None  # the node's Kata label, when the request carried the node
 
 
+class NodeTerms(NamedTuple):
+    """What a node's recent history adds to its verdict, beyond its report entry: the per-node
+    adjustments of `extender.judge`, each from its own source. A new per-node term (learned
+    workload profiles, say) is a field here, read by `decide`, and a `TermSource` there."""
+
+    reserved: float = 0.0  # level expected from pods placed since the data (extender.reservation)
+    avoided: float = 0.0  # x 100 off the score for pods the policy keeps away from (residents)
+
+
+NO_TERMS: Final = NodeTerms()
+
+
 class Reason:
     """Why a verdict came out as it did; also the ``reason`` label of the verdict metric.
 
@@ -40,7 +53,12 @@ class Reason:
     KATA_NOT_READY: Final = "kata_not_ready"
     HARD_CONSTRAINT: Final = "hard_constraint"
     MAX_LEVEL: Final = "max_level"  # level + reservation above the pod's policy's maxLevel
-    ALL: Final = (OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL)
+    # No fresh data, under a policy with maxLevel, while nodes with data in the same call pass
+    # it (extender.judge: "no data is no proof").
+    NO_DATA: Final = "no_data"
+    ALL: Final = (
+        OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA
+    )  # fmt: skip
 
 
 class Verdict(NamedTuple):
@@ -50,6 +68,9 @@ class Verdict(NamedTuple):
     score: float  # 0-100 (Volcano scale before its weight)
     kube_score: int  # kube-scheduler's 0-10 integers (it multiplies by weight x 10 itself)
     unresolvable: bool  # a rejection that evicting pods cannot fix
+    # Passed without fresh data although the policy has a maxLevel that the neutral level (plus
+    # the node's reservation) exceeds: the call rejects it where nodes with data pass.
+    unproven: bool = False
 
     @property
     def volcano_code(self) -> int:
@@ -59,9 +80,22 @@ class Verdict(NamedTuple):
         return UNSCHEDULABLE_AND_UNRESOLVABLE if self.unresolvable else 2
 
 
-def _verdict(passed: bool, reason: str, message: str, score: float, unresolvable: bool) -> Verdict:
+def _verdict(
+    passed: bool,
+    reason: str,
+    message: str,
+    score: float,
+    unresolvable: bool,
+    unproven: bool = False,
+) -> Verdict:
     return Verdict(
-        passed, reason, message, score, min(10, max(0, int(score / 10 + 0.5))), unresolvable
+        passed,
+        reason,
+        message,
+        score,
+        min(10, max(0, int(score / 10 + 0.5))),
+        unresolvable,
+        unproven,
     )
 
 
@@ -84,11 +118,45 @@ def weighted_score(level: float, weight: float, neutral: float) -> float:
     return round(score, 6)
 
 
-def _missing(reason: str, message: str, config: VerdictConfig) -> Verdict:
+def neutral_level(config: VerdictConfig) -> float:
+    """The level whose score is the neutral score: what a node without data counts as."""
+    return 1.0 - config.neutral_score / 100.0
+
+
+def _missing(
+    reason: str, message: str, policy: Policy, config: VerdictConfig, terms: NodeTerms
+) -> Verdict:
+    """No fresh data. Fail-closed: rejected. Fail-open: passed at the neutral level plus the
+    node's reservation, and ``unproven`` when that is above the policy's maxLevel."""
     if config.fail_closed:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
         return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable)
-    return _verdict(True, reason, f"{message}: neutral score", config.neutral_score, False)
+    level = neutral_level(config) + terms.reserved
+    unproven = policy.max_level is not None and level > policy.max_level
+    if terms == NO_TERMS:
+        message = f"{message}: neutral score"
+        return _verdict(True, reason, message, config.neutral_score, False, unproven)
+    score = weighted_score(min(1.0, level), policy.score_weight, config.neutral_score)
+    said = [f"{message}: neutral score"]
+    if terms.reserved > 0:
+        said.append(f"- reservation {terms.reserved:.4g} (pods placed on it recently)")
+    if terms.avoided > 0:
+        score = round(max(0.0, score - 100.0 * terms.avoided), 6)
+        said.append(f"- {100 * terms.avoided:.4g} for pods of "
+                    f"{', '.join(policy.avoid_policies)} on the node (avoidPolicies)")  # fmt: skip
+    return _verdict(True, reason, " ".join(said), score, False, unproven)
+
+
+def no_data(policy: Policy, config: VerdictConfig) -> Verdict:
+    """The rejection of a node without fresh data where nodes with data pass ``policy``'s
+    maxLevel in the same call (extender.judge)."""
+    unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+    message = (
+        f"mco: no data: no fresh interference data for the node, so the maxLevel "
+        f"{policy.max_level:g} of policy {policy.name} is unproven there while nodes with data "
+        "pass it"
+    )
+    return _verdict(False, Reason.NO_DATA, message, 0.0, unresolvable)
 
 
 def _violation_part(v: Violation) -> str:
@@ -119,16 +187,17 @@ def decide(
     node: NodeFacts,
     config: VerdictConfig,
     now: float,
-    reserved: float = 0.0,
-    avoided: float = 0.0,
+    terms: NodeTerms = NO_TERMS,
 ) -> Verdict:
     """``held_until``: Unix time up to which ``entry``'s values are known to hold
     (``reporter.schema.entry_time``: the heartbeat for live entries, else the sample time).
-    ``reserved``: level expected from pods just placed on the node that its data cannot show
-    yet; it counts toward the policy's ``maxLevel`` and the score. ``avoided``: for the pods on
-    the node that the pod's policy keeps away from (``avoidPolicies``), ``100 x avoided`` is
-    taken off the score after the policy's scoreWeight (it protects those pods, whatever this
-    pod's own weight), never below 0; it never filters."""
+    ``terms.reserved``: level expected from pods just placed on the node that its data cannot
+    show yet; it counts toward the policy's ``maxLevel`` and the score. ``terms.avoided``: for
+    the pods on the node that the pod's policy keeps away from (``avoidPolicies``),
+    ``100 x avoided`` is taken off the score after the policy's scoreWeight (it protects those
+    pods, whatever this pod's own weight), never below 0; it never filters. A node without
+    fresh data counts at the neutral level plus its reservation (`_missing`)."""
+    reserved, avoided = terms
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -150,22 +219,21 @@ def decide(
                 0.0,
                 True,
             )
-    if entry is None:
-        return _missing(Reason.UNKNOWN, "mco: no interference report for the node", config)
-    if now - held_until > config.stale_after:
-        return _missing(
-            Reason.STALE,
-            f"mco: interference data for node {node.name} is older than {config.stale_after:g}s",
-            config,
-        )
-    if held_until - now >= config.clock_skew:
-        return _missing(
-            Reason.STALE,
-            f"mco: interference data for node {node.name} is dated in the future, "
-            f"{config.clock_skew:g}s or more ahead of this clock",
-            config,
-        )
     policy = pod.policy
+    if entry is None:
+        message = "mco: no interference report for the node"
+        return _missing(Reason.UNKNOWN, message, policy, config, terms)
+    if now - held_until > config.stale_after:
+        message = (
+            f"mco: interference data for node {node.name} is older than {config.stale_after:g}s"
+        )
+        return _missing(Reason.STALE, message, policy, config, terms)
+    if held_until - now >= config.clock_skew:
+        message = (
+            f"mco: interference data for node {node.name} is dated in the future, "
+            f"{config.clock_skew:g}s or more ahead of this clock"
+        )
+        return _missing(Reason.STALE, message, policy, config, terms)
     note = ""
     if not entry.schedulable:
         if policy.hard_constraints == "Enforce":

@@ -19,7 +19,7 @@ import msgspec
 from extender.config import VerdictConfig
 from extender.decisions import note
 from extender.judge import Judge
-from extender.verdict import PodFacts, Verdict, pod_facts
+from extender.verdict import Verdict, pod_facts
 from extender.wire import (
     MAX_NAME,
     UNDECODABLE,
@@ -29,8 +29,6 @@ from extender.wire import (
     Pod,
     decode_error,
     pod_key,
-    pod_labels,
-    runtime_class,
 )
 
 FAST_PATH_MIN_BYTES = 32 << 10  # smaller bodies decode fully: cheap, and strictly validated
@@ -207,12 +205,6 @@ def decode_prioritize(body: Body, config: VerdictConfig) -> PrioritizeArgs:
     return args
 
 
-def _pod(task: TaskInfo | None, judge: Judge) -> PodFacts:
-    """What the verdict needs of the task's Pod: its runtime class and its policy."""
-    pod = task.pod if task is not None else None
-    return pod_facts(runtime_class(pod), judge.config, judge.policy_for(pod_labels(pod)))
-
-
 # -- placements: allocate/deallocate calls, and the placed tasks inside NodeInfos -------------
 
 # TaskInfo.Status bits of a task placed on a node that its node's data may not show yet:
@@ -326,7 +318,7 @@ def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateR
     assert args.node is not None  # checked by decode_predicate
     info = args.node
     facts = (info.node or Node()).facts(info.name)
-    pod = _pod(args.task, judge)
+    pod = judge.pod(args.task.pod if args.task is not None else None)
     verdict = judge.node(facts, pod, now)
     note(pod_key(args.task.pod if args.task else None), pod, (facts.name,), (verdict,))
     if verdict.passed:
@@ -337,13 +329,11 @@ def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateR
 def prioritize(
     args: PrioritizeArgs, judge: Judge, now: float
 ) -> tuple[PrioritizeResult, list[Verdict]]:
-    pod = _pod(args.task, judge)
+    pod = judge.pod(args.task.pod if args.task is not None else None)
     infos = args.nodes or []
     names = [info.name for info in infos]
-    if pod.wants_kata:  # the nodes' Kata labels count
-        verdicts = [judge.node((i.node or Node()).facts(i.name), pod, now) for i in infos]
-    else:
-        verdicts = judge.names(names, pod, now)
+    nodes = [(i.node or Node()).facts(i.name) for i in infos] if pod.wants_kata else None
+    verdicts = judge.verdicts(names, pod, now, nodes)
     note(pod_key(args.task.pod if args.task else None), pod, names, verdicts)
     weight = judge.config.volcano_weight
     scores = {name: v.score * weight for name, v in zip(names, verdicts, strict=True)}

@@ -395,3 +395,29 @@ def test_all_nodes_are_cut_at_the_bound_and_say_so():
         decode(b'{"pod": {}, "nodes": ["n1000"]}'), Judge(store, VerdictConfig()), now
     )
     assert (asked.truncated, [n.name for n in asked.nodes]) == (False, ["n1000"])
+
+
+@pytest.mark.parametrize("labels", [{"tier": "online"}, {"tier": "scavenger"}, {}])
+@pytest.mark.parametrize(
+    "names",
+    [["calm", "ghost", "old"], ["ghost", "old"], ["held", "ghost", "nopsi"], ["ghost"]],
+)
+async def test_explain_answers_what_filter_and_prioritize_answer(client, labels, names):
+    """Node by node, the same pass: whether a node without data is rejected (no data is no
+    proof) depends on the other nodes of the call, and explain sees the same nodes."""
+    args = bodies.kube_args(names, labels=labels)
+    filtered = json.loads(await (await client.post("/scheduler/filter", data=args)).read())
+    scores = json.loads(await (await client.post("/scheduler/prioritize", data=args)).read())
+    answer = await explain(client, {"pod": json.loads(args)["Pod"], "nodes": names})
+    failed = {**filtered["FailedNodes"], **filtered["FailedAndUnresolvableNodes"]}
+    kube = {s["Host"]: s["Score"] for s in scores}
+    for n in answer["nodes"]:
+        assert n["passed"] == (n["name"] in filtered["NodeNames"]), n
+        assert n["passed"] or failed[n["name"]] == n["message"]
+        assert kube[n["name"]] == min(10, max(0, int(n["score"] / 10 + 0.5))), n
+    reasons = {n["name"]: n["reason"] for n in answer["nodes"]}
+    online = labels == {"tier": "online"}
+    # Neutral 60 is level 0.4, above online's maxLevel 0.3: rejected where calm (0.25) passes.
+    assert reasons["ghost"] == ("no_data" if online and "calm" in names else "unknown")
+    if "old" in names:  # stale data is no data either
+        assert reasons["old"] == ("no_data" if online and "calm" in names else "stale")

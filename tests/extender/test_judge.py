@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.config import VerdictConfig
-from extender.judge import MAX_TABLE_ENTRIES, Judge
+from extender.judge import Judge, settle
 from extender.reports import ReportStore
+from extender.reservation import POD_WATCH, Placement, Reservations
+from extender.tables import MAX_TABLE_ENTRIES
 from extender.verdict import NodeFacts, Verdict, decide, pod_facts
 from mco.policy import DEFAULT_POLICIES, Policy
 from reporter.schema import ReportConfig, entry_time
@@ -82,7 +84,7 @@ def test_tables_agree_with_decide(ops, runtime_class, fail_closed):
             publish()
         else:
             names = op[1]
-            assert judge.names(names, pod, now) == [expected(n) for n in names]
+            assert judge.verdicts(names, pod, now) == [expected(n) for n in names]
 
 
 def test_a_new_sample_time_alone_keeps_the_cached_verdict_and_extends_it():
@@ -91,12 +93,12 @@ def test_a_new_sample_time_alone_keeps_the_cached_verdict_and_extends_it():
     judge = Judge(store, config)
     pod = pod_facts(None, config)
     store.replace_all(per_node_reports({"a": entry(0.5, now=T0)}))
-    first = judge.names(["a"], pod, T0 + 1)[0]
+    first = judge.verdicts(["a"], pod, T0 + 1)[0]
     store.replace_all(per_node_reports({"a": entry(0.5, now=T0 + 20)}))
-    assert judge.names(["a"], pod, T0 + 40)[0] is first  # same object: no new decision
-    assert judge.names(["a"], pod, T0 + 51)[0].reason == "stale"
+    assert judge.verdicts(["a"], pod, T0 + 40)[0] is first  # same object: no new decision
+    assert judge.verdicts(["a"], pod, T0 + 51)[0].reason == "stale"
     store.replace_all(per_node_reports({"a": entry(0.5, now=T0 + 60)}))
-    assert judge.names(["a"], pod, T0 + 61)[0].reason == "ok"  # fresh again
+    assert judge.verdicts(["a"], pod, T0 + 61)[0].reason == "ok"  # fresh again
 
 
 def test_live_entries_follow_the_heartbeat():
@@ -106,11 +108,11 @@ def test_live_entries_follow_the_heartbeat():
     pod = pod_facts(None, config)
     live = {"a": entry(0.5, now=T0, live=True)}
     store.replace_all([cluster_report(live, heartbeat=T0)])
-    assert judge.names(["a"], pod, T0 + 20)[0].reason == "ok"
-    assert judge.names(["a"], pod, T0 + 40)[0].reason == "stale"  # no newer heartbeat
+    assert judge.verdicts(["a"], pod, T0 + 20)[0].reason == "ok"
+    assert judge.verdicts(["a"], pod, T0 + 40)[0].reason == "stale"  # no newer heartbeat
     store.upsert(cluster_report(live, heartbeat=T0 + 35))  # the entry itself is unchanged
-    assert judge.names(["a"], pod, T0 + 40)[0].reason == "ok"
-    assert judge.names(["a"], pod, T0 + 66)[0].reason == "stale"
+    assert judge.verdicts(["a"], pod, T0 + 40)[0].reason == "ok"
+    assert judge.verdicts(["a"], pod, T0 + 66)[0].reason == "stale"
 
 
 def test_data_dated_ahead_is_stale_until_the_clock_catches_up():
@@ -119,17 +121,17 @@ def test_data_dated_ahead_is_stale_until_the_clock_catches_up():
     judge = Judge(store, config)
     pod = pod_facts(None, config)
     store.replace_all(per_node_reports({"a": entry(0.5, now=T0 + 3600)}))
-    assert judge.names(["a"], pod, T0)[0].reason == "stale"
-    assert judge.names(["a"], pod, T0 + 3540)[0].reason == "stale"  # exactly 60 s ahead
-    assert judge.names(["a"], pod, T0 + 3541)[0].reason == "ok"
-    assert judge.names(["a"], pod, T0 + 3631)[0].reason == "stale"  # and then old
+    assert judge.verdicts(["a"], pod, T0)[0].reason == "stale"
+    assert judge.verdicts(["a"], pod, T0 + 3540)[0].reason == "stale"  # exactly 60 s ahead
+    assert judge.verdicts(["a"], pod, T0 + 3541)[0].reason == "ok"
+    assert judge.verdicts(["a"], pod, T0 + 3631)[0].reason == "stale"  # and then old
     live = {"b": entry(0.5, now=T0, live=True)}
     store.replace_all([cluster_report(live, heartbeat=T0)])
-    assert judge.names(["b"], pod, T0 + 1)[0].reason == "ok"
+    assert judge.verdicts(["b"], pod, T0 + 1)[0].reason == "ok"
     store.replace_all([cluster_report(live, heartbeat=T0 + 3600)])  # a heartbeat an hour ahead
-    assert judge.names(["b"], pod, T0 + 2)[0].reason == "stale"
+    assert judge.verdicts(["b"], pod, T0 + 2)[0].reason == "stale"
     store.replace_all([cluster_report(live, heartbeat=T0 + 3)])
-    assert judge.names(["b"], pod, T0 + 4)[0].reason == "ok"
+    assert judge.verdicts(["b"], pod, T0 + 4)[0].reason == "ok"
 
 
 def _held_by(work: Any) -> int:
@@ -161,7 +163,7 @@ def test_names_no_report_mentions_are_never_stored(fail_closed):
     def ask() -> None:
         for runtime_class in [None, *(f"kata-{i}" for i in range(8))]:
             pod = pod_facts(runtime_class, config)
-            verdicts = judge.names(names, pod, T0 + 1)
+            verdicts = judge.verdicts(names, pod, T0 + 1)
             first = decide(None, -math.inf, pod, NodeFacts(unknown[0]), config, T0 + 1)
             assert all(v == first for v in verdicts[:-2])
             if runtime_class is None:
@@ -189,7 +191,7 @@ def test_all_tables_together_are_bounded_by_entries():
     names = list(nodes)
     for i in range(40):
         for pod in (pod_facts(f"kata-{i}", config), plain):
-            verdicts = judge.names(names, pod, T0 + 1)
+            verdicts = judge.verdicts(names, pod, T0 + 1)
             assert judge.table_entries() <= 10_000
             for name in names[::97]:
                 expected = decide(nodes[name], T0, pod, NodeFacts(name), config, T0 + 1)
@@ -212,7 +214,7 @@ def test_tables_over_an_empty_store_are_bounded(report):
     def ask() -> None:
         for i in range(6_000):
             pod = pod_facts(f"kata-{i}", config)
-            verdicts = judge.names(names, pod, T0)
+            verdicts = judge.verdicts(names, pod, T0)
             assert [v.reason for v in verdicts] == ["kata_not_ready"] * 2
             assert judge.table_cost() <= MAX_TABLE_ENTRIES
 
@@ -239,15 +241,16 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
     for policy in (*DEFAULT_POLICIES, strict, DEFAULT_POLICIES[0]):
         pod = pod_facts(None, config, policy)
         for _ in range(2):  # built, then served from the table
-            verdicts = judge.names(names, pod, T0 + 1)
-            expected = [
+            verdicts = judge.verdicts(names, pod, T0 + 1)
+            decided = [
                 decide(
                     nodes.get(n), T0 if n in nodes else -math.inf, pod, NodeFacts(n), config, T0 + 1
                 )
                 for n in names
             ]
+            expected = settle(decided, policy, config)  # the call's rule for nodes without data
             assert [v[:5] for v in verdicts] == [v[:5] for v in expected], policy.name
-    assert [v.passed for v in judge.names(names, pod_facts(None, config, strict), T0 + 1)] == [
+    assert [v.passed for v in judge.verdicts(names, pod_facts(None, config, strict), T0 + 1)] == [
         False,
         False,
         False,
@@ -261,10 +264,32 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
     assert (judge.config.stale_after, judge.config.neutral_score) == (5.0, 70.0)
     assert judge.live.generation == 9 and judge.policy_for({"any": "pod"}).name == "only"
     pod = pod_facts(None, judge.config, judge.policy_for({}))
-    assert [v.reason for v in judge.names(names, pod, T0 + 1)] == [
+    # Neutral 70 is level 0.3, above the policy's 0.2: no data is no proof while "a" passes.
+    assert [v.reason for v in judge.verdicts(names, pod, T0 + 1)] == [
         "ok",
         "max_level",
         "hard_constraint",
-        "unknown",
+        "no_data",
     ]
-    assert judge.names(["unknown"], pod, T0 + 1)[0].score == 70.0
+    assert judge.verdicts(["unknown"], pod, T0 + 1)[0].score == 70.0  # alone: the fallback
+
+
+def test_a_node_without_data_counts_at_the_neutral_level_plus_its_own_reservation() -> None:
+    """Placements on a node no report knows count as on a known node: they lower its score
+    (a burst spreads over such nodes) and, past the policy's maxLevel, reject it while a node
+    with data passes; alone it stays the fallback."""
+    config = VerdictConfig()  # neutral 50: level 0.5
+    store = ReportStore()
+    store.replace_all([cluster_report({"quiet": entry(0.1, now=T0)})])
+    reservations = Reservations(span=30, keep_for=60)
+    judge = Judge(store, config, reservations=reservations)
+    lenient = pod_facts(None, config, Policy("lenient", max_level=0.6))
+    assert [v.reason for v in judge.verdicts(["quiet", "new"], lenient, T0)] == ["ok", "unknown"]
+    reservations.place("p1", Placement("new", 0.05, T0 - 1, POD_WATCH))
+    [_quiet, new] = judge.verdicts(["quiet", "new"], lenient, T0)
+    assert new.passed and new.score == 45.0  # 100 x (1 - 0.55)
+    reservations.place("p2", Placement("new", 0.2, T0 - 1, POD_WATCH))  # 0.75 > 0.6
+    assert [v.reason for v in judge.verdicts(["quiet", "new"], lenient, T0)] == ["ok", "no_data"]
+    [alone] = judge.verdicts(["new"], lenient, T0)
+    assert alone.passed and alone.reason == "unknown" and alone.score == 25.0
+    assert judge.verdicts(["new"], lenient, T0 + 61)[0].score == 50.0  # forgotten

@@ -15,7 +15,7 @@ import pytest
 
 from extender.app import STORE
 from extender.config import UNSCHEDULABLE_AND_UNRESOLVABLE, VerdictConfig
-from extender.verdict import NodeFacts, PodFacts, Reason, decide, weighted_score
+from extender.verdict import NodeFacts, NodeTerms, PodFacts, Reason, decide, weighted_score
 from mco.labelselector import LabelSelector, Requirement
 from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy
 from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig, Violation
@@ -181,13 +181,10 @@ async def test_config_follows_the_report_file(serve, tmp_path):
     client = await serve(file_config(path, neutral_score=40.0, stale_after=30.0))
     store = client.server.app[STORE]
     names = ["quiet", "busy", "aging", "never-reported"]
-    # Flags: neutral 40; the shipped latency-sensitive policy (maxLevel 0.3) filters busy.
+    # Flags: neutral 40; the shipped latency-sensitive policy (maxLevel 0.3) filters busy, and
+    # never-reported too (neutral 40 is level 0.6: no data is no proof while quiet passes).
     assert (await kube_scores(client, {}, names))["never-reported"] == 4
-    assert (await kube_filter(client, ONLINE, names))["NodeNames"] == [
-        "quiet",
-        "aging",
-        "never-reported",
-    ]
+    assert (await kube_filter(client, ONLINE, names))["NodeNames"] == ["quiet", "aging"]
     view = json.loads(await (await client.get("/v1/nodes")).read())
     assert view["configSource"] == "flags" and view["configGeneration"] is None
     assert [p["name"] for p in view["policies"]] == [p.name for p in DEFAULT_POLICIES]
@@ -222,15 +219,19 @@ def test_reservation_counts_toward_max_level_and_the_score():
     node = entry(0.25, now=now)
     online = PodFacts(None, False, DEFAULT_POLICIES[0])  # latency-sensitive: maxLevel 0.3
     assert decide(node, now, online, NodeFacts("n"), config, now).passed
-    held = decide(node, now, online, NodeFacts("n"), config, now, reserved=0.1)
+    held = decide(node, now, online, NodeFacts("n"), config, now, NodeTerms(reserved=0.1))
     assert held.reason == Reason.MAX_LEVEL and not held.passed
     assert held.message == (
         "mco: node n interference level 0.25 + 0.1 reserved is above 0.3, "
         "the maxLevel of policy latency-sensitive"
     )
     plain = PodFacts(None, False, DEFAULT_POLICIES[-1])
-    assert decide(node, now, plain, NodeFacts("n"), config, now, reserved=0.1).score == 65.0
-    assert decide(node, now, plain, NodeFacts("n"), config, now, reserved=2.0).score == 0.0
+    assert (
+        decide(node, now, plain, NodeFacts("n"), config, now, NodeTerms(reserved=0.1)).score == 65.0
+    )
+    assert (
+        decide(node, now, plain, NodeFacts("n"), config, now, NodeTerms(reserved=2.0)).score == 0.0
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
 
 from extender.app import SOURCE, STORE
 from extender.reports import ReportStore
-from reporter.schema import NodeEntry, decode_reports, encode
+from reporter.schema import (
+    NodeEntry,
+    NodeInterferenceReport,
+    ReportConfig,
+    decode_reports,
+    encode,
+)
 from tests.extender import bodies
 from tests.extender.conftest import (
     cluster_report,
@@ -185,3 +192,42 @@ async def test_a_report_source_that_dies_fails_the_liveness_probe(serve, tmp_pat
     await wait_for(lambda: client.server.app[SOURCE].done(), what="the source to stop")
     response = await client.get("/healthz")
     assert response.status == 503 and "report source" in await response.text()
+
+
+async def test_reloads_log_at_info_only_when_they_tell_a_person_something(serve, tmp_path, caplog):
+    """The reporter rewrites the file every second: an info line per rewrite is noise. The
+    first load, a new DetectionRuleConfig generation and the first good load after an error
+    are news (info); other reloads are debug."""
+    caplog.set_level(logging.DEBUG, logger="mco.extender.report_file")
+    path = tmp_path / "report.json"
+
+    def with_generation(generation: int, level: float) -> list[NodeInterferenceReport]:
+        report = cluster_report({"a": entry(level)})
+        report.status.config = ReportConfig("30s", 50.0, [], generation)
+        return [report]
+
+    def loads() -> list[tuple[int, int | None]]:
+        return [
+            (r.levelno, getattr(r, "generation", None))
+            for r in caplog.records
+            if r.getMessage() == "report file loaded"
+        ]
+
+    write_reports(path, with_generation(1, 0.1))
+    client = await serve(file_config(path))
+    store = client.server.app[STORE]
+    for level in (0.2, 0.3):  # the same generation, new data: debug
+        before = len(loads())
+        write_reports(path, with_generation(1, level))
+        await wait_for(lambda: len(loads()) > before, what="a reload")  # noqa: B023
+    write_reports(path, with_generation(2, 0.3))  # a new generation: info
+    await wait_for(lambda: len(loads()) == 4, what="the new generation")
+    write_atomic(path, b"{")  # an error, then the good file again: info
+    await wait_for(lambda: "report file rejected" in caplog.text, what="the rejected load")
+    write_reports(path, with_generation(2, 0.4))
+    await wait_for(lambda: len(loads()) == 5, what="the reload after the error")
+    write_reports(path, with_generation(2, 0.5))
+    await wait_for(lambda: len(loads()) == 6, what="a last reload")
+    info, debug = logging.INFO, logging.DEBUG
+    assert loads() == [(info, 1), (debug, 1), (debug, 1), (info, 2), (info, 2), (debug, 2)]
+    assert store.get("a") is not None
