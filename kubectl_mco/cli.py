@@ -1,16 +1,22 @@
 """``kubectl-mco`` (run as ``kubectl mco``): ``nodes``, ``why POD``, ``report``.
 
+The extender is asked through the API server's service proxy, or at ``--extender-url`` (e.g.
+``kubectl port-forward``), or not at all: with ``--report-file`` the extender's own app judges a
+report file in this process. ``why`` still reads the pod from the cluster.
+
 Exit codes: 0 done; 1 the cluster said no (a pod that is not there, a proxy refused, no
-report); 2 bad usage.
+report, an extender that does not answer); 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,6 +55,30 @@ def _common() -> argparse.ArgumentParser:
         help=f"how the API server talks to the extender (default: {where.scheme})",
     )
     common.add_argument(
+        "--extender-url",
+        help="ask the extender at this URL instead of through the API server's service proxy "
+        "(e.g. http://localhost:9848 with `kubectl -n mco port-forward svc/mco-extender 9848`)",
+    )
+    common.add_argument("--extender-ca-file", help="CA of the extender's certificate (https)")
+    common.add_argument("--extender-cert-file", help="client certificate (https)")
+    common.add_argument("--extender-key-file", help="the client certificate's key")
+    common.add_argument(
+        "--extender-insecure-skip-verify",
+        action="store_true",
+        help="do not verify the extender's certificate",
+    )
+    common.add_argument(
+        "--extender-basic-auth-user", help="basic-auth user, where the extender requires one"
+    )
+    common.add_argument(
+        "--extender-basic-auth-password-file", help="file holding the basic-auth password"
+    )
+    common.add_argument(
+        "--report-file",
+        help="judge from this report file (what `mco-reporter --output` writes) with the "
+        "extender's own code, in this process, instead of asking a running extender",
+    )
+    common.add_argument(
         "-o",
         "--output",
         choices=("table", "json", "yaml"),
@@ -71,6 +101,14 @@ def _parser() -> argparse.ArgumentParser:
         extender_service=where.service,
         extender_port=where.port,
         extender_scheme=where.scheme,
+        extender_url=None,
+        extender_ca_file=None,
+        extender_cert_file=None,
+        extender_key_file=None,
+        extender_insecure_skip_verify=False,
+        extender_basic_auth_user=None,
+        extender_basic_auth_password_file=None,
+        report_file=None,
         output="table",
     )
     sub = top.add_subparsers(dest="command", required=True)
@@ -115,14 +153,41 @@ def _namespace(kubeconfig: str | None, context: str | None) -> str:
     return str(found) if found else NAMESPACE_DEFAULT
 
 
-async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], list[str]]]:
-    where = api.Extender(
-        args.extender_namespace, args.extender_service, args.extender_port, args.extender_scheme
+def _direct(args: argparse.Namespace) -> api.Direct | None:
+    if args.extender_url is None:
+        return None
+    return api.Direct(
+        args.extender_url,
+        ca_file=args.extender_ca_file,
+        cert_file=args.extender_cert_file,
+        key_file=args.extender_key_file,
+        insecure_skip_verify=args.extender_insecure_skip_verify,
+        basic_auth_user=args.extender_basic_auth_user,
+        basic_auth_password_file=args.extender_basic_auth_password_file,
     )
-    client = await api.connect(args.kubeconfig, args.context)
-    async with client:
+
+
+async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], list[str]]]:
+    async with contextlib.AsyncExitStack() as stack:
+        ask: api.Ask | None = None
+        if args.report_file is not None:
+            ask = await stack.enter_async_context(api.local_extender(Path(args.report_file)))
+        elif (direct := _direct(args)) is not None:
+            ask = await stack.enter_async_context(api.direct(direct))
+        if args.command == "nodes" and ask is not None:  # no cluster needed
+            body = await ask("v1/nodes", None, None)
+            return body, lambda b: [*render.nodes_table(b), "", render.NODES_LEGEND]
+        client = await stack.enter_async_context(await api.connect(args.kubeconfig, args.context))
+        if ask is None:
+            where = api.Extender(
+                args.extender_namespace,
+                args.extender_service,
+                args.extender_port,
+                args.extender_scheme,
+            )
+            ask = api.through_proxy(client, where)
         if args.command == "nodes":
-            body = await api.extender(client, where, "v1/nodes")
+            body = await ask("v1/nodes", None, None)
             return body, lambda b: [*render.nodes_table(b), "", render.NODES_LEGEND]
         if args.command == "report":
             found = await api.report(client)
@@ -132,15 +197,31 @@ async def _run(args: argparse.Namespace) -> tuple[Any, Callable[[Any], list[str]
         request: dict[str, Any] = {"pod": pod}
         if args.node:
             request["nodes"] = args.node
-        answer = await api.extender(client, where, "v1/explain", request)
+        answer = await ask("v1/explain", request, None)
         key = f"{namespace}/{args.pod}"
-        ring = await api.extender(client, where, "v1/decisions", query={"pod": key})
+        ring = await ask("v1/decisions", None, {"pod": key})
         answer["decisions"] = ring.get("decisions", [])
         return answer, lambda a: render.why_text(a, a["decisions"])
 
 
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Flags that go together, or not (exit 2 with the reason)."""
+    if args.report_file is not None and args.extender_url is not None:
+        parser.error("--report-file and --extender-url name two different extenders: give one")
+    if args.command == "report" and (args.report_file or args.extender_url):
+        parser.error("--report-file and --extender-url apply to nodes and why")
+    try:
+        direct = _direct(args)
+        if direct is not None:
+            direct.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
     try:
         body, table = asyncio.run(_run(args))
     except api.PluginError as exc:

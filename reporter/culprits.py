@@ -8,16 +8,26 @@ run in the engine. Each ranking is one row of ``RANKINGS``:
 
 * victims: pods whose stall (per-pod PSI some, ``node_pod:mco_pressure_ratio:smoothed``) reaches
   the warn of the signal it feeds (``psiMemorySome``, ``psiIOSome``) while they hit neither their
-  memory nor their I/O limit in the window (``node_pod:mco_*_self_limited:bool``); worst first,
-  ``TOP`` over both resources;
-* aggressors, per resource, only on a node with a victim of that resource: memory by usage
-  (bytes held), io by bytes read and written per second; largest first, ``TOP`` per resource;
+  memory nor their I/O limit in the window (``node_pod:mco_*_self_limited:bool``) and are not
+  the node's largest user of that resource; worst first, ``TOP`` over both resources;
+* aggressors, per resource, only on a node with a victim of that resource and never one of
+  those victims: memory by usage (bytes held), io by bytes read and written per second; largest
+  first, ``TOP`` per resource;
 * and by LLC occupancy (``llc``) where resctrl monitoring groups are named after pods
   (``…/pod<uid>``, as the kubelet names pod cgroups), only on a node whose cache_pollution
   detection is triggered (there is no per-pod cache victim to wait for).
 
 An entry is rewritten for them only when a pod enters or leaves a list, or a value moves beyond
 the signal epsilon (``same``); the order within a list is the value's, ties by UID.
+
+A pod is never both victim and aggressor of one resource. A pod pressing on the node stalls
+too (its own allocations reclaim, its own writes queue), and a victim holds memory or does
+I/O of its own, so each would otherwise be listed on both sides. The rule that separates them:
+the node's largest user of a resource is never its victim (nothing on the node takes more of
+it than it does: its stall is its own doing), and a victim is never an aggressor of what it
+suffers from. A victim that is itself the largest user (a big cache squeezed by a small, fast
+allocator) is therefore not named; usage is what the aggressor ranking reads, and it cannot
+tell that case apart.
 """
 
 from __future__ import annotations
@@ -54,29 +64,39 @@ class Ranking:
     signal: str = ""  # victims: the signal whose warn a pod's stall must reach
 
 
+# Each pod's use of a resource, what its aggressors are ranked by: memory held, bytes of I/O
+# read and written per second. $w the window.
+USAGE: Final[dict[str, str]] = {
+    "memory": f"max by ({_POD}) ({series.POD_MEMORY_USAGE})",
+    "io": f"sum by ({_POD}) (max by ({_POD}, operation) (rate({series.POD_IO_BYTES}[$w]))) > 0",
+}
+
+
 def _victims(resource: str) -> str:
+    """Pods stalling at warn at no limit of their own, less the node's largest user of the
+    resource (its stall is its own doing)."""
+    usage = f"($usage_{resource})"
+    largest = f"{usage} == on (node) group_left () max by (node) {usage}"
     return (
         f'({series.POD_PRESSURE}{{resource="{resource}",kind="some"}} >= $warn_{resource})'
         f" unless on (node, pod_uid) {_SELF_LIMITED}"
+        f" unless on (node, pod_uid) ({largest})"
+    )
+
+
+def _aggressors(resource: str) -> str:
+    """The pods using ``resource`` on a node with a victim of it, the victims left out."""
+    return (
+        f"$usage_{resource} and on (node) ($victims_{resource})"
+        f" unless on (node, pod_uid) ($victims_{resource})"
     )
 
 
 RANKINGS: Final[tuple[Ranking, ...]] = (
     Ranking("victims", "memory", "$victims_memory", 0.01, "psiMemorySome"),
     Ranking("victims", "io", "$victims_io", 0.1, "psiIOSome"),
-    Ranking(
-        "aggressors",
-        "memory",
-        f"max by ({_POD}) ({series.POD_MEMORY_USAGE}) and on (node) ($victims_memory)",
-        float(1 << 20),
-    ),
-    Ranking(
-        "aggressors",
-        "io",
-        f"sum by ({_POD}) (max by ({_POD}, operation) (rate({series.POD_IO_BYTES}[$w]))) > 0"
-        " and on (node) ($victims_io)",
-        float(1 << 20),
-    ),
+    Ranking("aggressors", "memory", _aggressors("memory"), float(1 << 20)),
+    Ranking("aggressors", "io", _aggressors("io"), float(1 << 20)),
     Ranking(
         "aggressors",
         "llc",
@@ -102,6 +122,10 @@ def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -
             for r in rankings
             if r.signal
         },
+    }
+    names |= {
+        f"usage_{resource}": string.Template(expr).substitute(names)
+        for resource, expr in USAGE.items()
     }
     names |= {
         f"victims_{r.resource}": string.Template(_victims(r.resource)).substitute(names)

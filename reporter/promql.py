@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
+from mco.tlsclient import client_context
+
 
 def _inflate_module() -> Any:
     """isal's zlib (same API, a faster inflate), else zlib itself."""
@@ -236,14 +238,12 @@ class PromQLClient:
         c = self.config
         if not self._endpoint.startswith("https:"):
             return False
-        ctx = ssl.create_default_context(cafile=c.ca_file)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if c.cert_file:
-            ctx.load_cert_chain(c.cert_file, c.key_file)
-        if c.insecure_skip_verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+        return client_context(
+            ca_file=c.ca_file,
+            cert_file=c.cert_file,
+            key_file=c.key_file,
+            insecure_skip_verify=c.insecure_skip_verify,
+        )
 
     async def __aenter__(self) -> PromQLClient:
         headers = dict(self.config.headers)

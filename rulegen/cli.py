@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -155,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=guard.DEFAULT_MAX_SHARE,
         metavar="SHARE",
-        help="reject a new spec whose hard constraints would filter more than this share of "
-        "the nodes now (needs --prometheus-url; default 0.5)",
+        help="reject a new spec whose hard constraints would filter, or whose warn or critical "
+        "thresholds would catch, more than this share of the nodes now (needs "
+        "--prometheus-url; default 0.5)",
     )
     add_source_flags(
         ctl,
@@ -206,6 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="smoothing window of the signals (default: the config's window; widen it for "
         "history scraped less often than twice per window)",
+    )
+    rec.add_argument(
+        "--min-history",
+        type=duration,
+        default=recommend.MIN_HISTORY,
+        metavar="DURATION",
+        help="refuse below this much history in the range, any node reporting (default 1d: "
+        "one daily cycle of load)",
+    )
+    rec.add_argument(
+        "--min-node-history",
+        type=duration,
+        default=recommend.MIN_NODE_HISTORY,
+        metavar="DURATION",
+        help="leave out nodes seen for less than this in the range, and refuse when none is "
+        "left (default 6h)",
     )
     rec.add_argument(
         "--config", type=Path, help="the DetectionRuleConfig in force (default: built-in)"
@@ -279,6 +297,8 @@ class RecommendCommand:
     config: Path | None = None
     output: str = "-"
     replay: bool = False
+    min_history: float = recommend.MIN_HISTORY
+    min_node_history: float = recommend.MIN_NODE_HISTORY
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -308,6 +328,12 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             raise ValueError("--step must be positive and --range at least one step")
         if args.window is not None and (args.window < 1 or args.window != int(args.window)):
             raise ValueError("--window must be whole seconds, at least 1s")
+        for flag, value in (
+            ("--min-history", args.min_history),
+            ("--min-node-history", args.min_node_history),
+        ):
+            if value > args.range:
+                raise ValueError(f"{flag} is longer than --range: lower it, or widen the range")
         return RecommendCommand(
             source=source,
             range_seconds=args.range,
@@ -316,6 +342,8 @@ def settings_from_args(args: argparse.Namespace) -> Command:
             config=args.config,
             output=args.output,
             replay=args.replay,
+            min_history=args.min_history,
+            min_node_history=args.min_node_history,
             log=log_settings(args),
         )
     if args.command == "rollback":
@@ -404,13 +432,28 @@ async def cmd_recommend(command: RecommendCommand) -> int:
     start = end - command.range_seconds
     try:
         async with PromQLClient(command.source) as client:
+            seen = await recommend.coverage(client, start=start, end=end, step=command.step)
+            kept = recommend.check_history(
+                seen,
+                range_seconds=command.range_seconds,
+                min_history=command.min_history,
+                min_node_history=command.min_node_history,
+            )
             proposals = await recommend.recommend(
-                client, config, start=start, end=end, step=command.step, window=window
+                client,
+                config,
+                start=start,
+                end=end,
+                step=command.step,
+                window=window,
+                only=kept,
+                min_samples=math.ceil(command.min_node_history / command.step),
             )
             try:
                 proposed = recommend.proposed_config(config, proposals)
             except ConfigError as exc:
                 return fail("mco-rulegen", f"the proposal does not validate: {exc}")
+            verdict = await guard.check(guard.GuardSettings(command.source), proposed)
             replays = None
             if command.replay:
                 replays = (
@@ -424,10 +467,26 @@ async def cmd_recommend(command: RecommendCommand) -> int:
     except SourceError as exc:
         print(f"mco-rulegen: {exc.message}", file=sys.stderr)
         return 1
+    except recommend.HistoryTooShort as exc:
+        print(f"mco-rulegen: {exc}", file=sys.stderr)
+        return 1
+    left_out = sorted(set(seen.per_node) - kept)
     header = [
         f"Proposed by mco-rulegen recommend from {client.where} over the last "
         f"{format_duration(int(command.range_seconds))} at {command.step:g}s steps, "
-        f"signals over {format_duration(window)} windows.",
+        f"signals over {format_duration(window)} windows, from "
+        f"{format_duration(int(seen.total))} of history on {len(kept)} nodes.",
+        *(
+            [
+                f"Left out, seen for less than {format_duration(int(command.min_node_history))}"
+                f": {', '.join(left_out)}."
+            ]
+            if left_out
+            else []
+        ),
+        "Guard, as the controller would run it on applying this now: "
+        + (("passes: " if verdict.allowed else "REJECTS it: ") if verdict.checked else "")
+        + f"{verdict.message}.",
     ]
     text = recommend.patch_yaml(proposals, header)
     if replays is not None:

@@ -8,7 +8,13 @@ node-time (1.4826 × the median absolute deviation: a few episodes barely move i
 or a high percentile); ``critical`` is the median of the node-time beyond ``warn``, the typical
 level of the episodes, when there are enough of them to say. Signals where lower is worse are
 mirrored. The replay runs in the engine (``sum_over_time`` and ``changes`` over subqueries), so
-it costs one answer per node whatever the range.
+it costs one answer per node whatever the range; it counts, per detection, the node-time at or
+beyond warn and at or beyond critical, so every threshold a proposal moves shows in it.
+
+A proposal needs history: the median and spread of a few minutes say nothing about a day's
+load. ``check_history`` measures how long each node's exporter was seen in the range and how
+long any was; below the minimums (a day in all, six hours per node by default) the command
+refuses, and nodes seen for less than their minimum are left out of the proposal.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import math
 import random
 import statistics
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -36,6 +42,13 @@ SIGMAS: Final = 6.0  # warn = median + SIGMAS robust standard deviations
 MAD_TO_SIGMA: Final = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
 MIN_EPISODE_SHARE: Final = 0.001  # beyond warn, at least this share of node-time ...
 MIN_EPISODE_SAMPLES: Final = 10  # ... and this many samples to place critical from them
+# The history a proposal needs (--min-history, --min-node-history). A day covers one daily cycle
+# of load, night batch and day peaks alike: a shorter range takes the normal half of the day
+# for an episode or never sees it. Six hours per node (360 one-minute steps) keep an episode of
+# tens of minutes a small minority of that node's time, which the median and MAD assume;
+# nodes newer than that are left out rather than blocking every run on a growing cluster.
+MIN_HISTORY: Final = 86400.0
+MIN_NODE_HISTORY: Final = 6 * 3600.0
 RESERVOIR: Final = 200_000  # samples kept per signal (uniformly chosen beyond that)
 POINTS_PER_QUERY: Final = 100_000  # nodes x steps asked for in one range query
 
@@ -91,12 +104,20 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def propose(signal: Signal, current: Threshold, values: Sequence[float]) -> Proposal:
+def propose(
+    signal: Signal, current: Threshold, values: Sequence[float], min_samples: int = 0
+) -> Proposal:
     """``warn`` and ``critical`` for ``signal`` from its history ``values`` (all nodes, all
-    times), each with the reason it is where it is."""
+    times), each with the reason it is where it is; none from fewer than ``min_samples``."""
     clean = sorted(v for v in values if math.isfinite(v))
     if not clean:
         return Proposal(signal, current, None, ("no history: kept the current thresholds",), 0)
+    if len(clean) < min_samples:
+        reason = (
+            f"only {len(clean)} samples, fewer than one node's minimum history "
+            f"({min_samples}, --min-node-history): kept the current thresholds"
+        )
+        return Proposal(signal, current, None, (reason,), len(clean))
     sign = -1.0 if signal.lower_is_worse else 1.0
     oriented = sorted(sign * v for v in clean)  # larger is worse from here on
     median = statistics.median(oriented)
@@ -168,11 +189,73 @@ async def node_count(client: PromQLClient, at: float) -> int:
     return int(float(samples[0].value[1])) if samples else 0
 
 
+class HistoryTooShort(Exception):
+    """The engine holds less history than a proposal needs (the message says how much)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of [start, end] the engine saw the exporters in, at the replay's step."""
+
+    total: float  # seconds at which at least one node reported
+    per_node: dict[str, float]  # seconds at which each node reported
+
+    def nodes_with(self, seconds: float) -> set[str]:
+        return {n for n, covered in self.per_node.items() if covered >= seconds}
+
+
+async def coverage(client: PromQLClient, *, start: float, end: float, step: float) -> Coverage:
+    span = f"{int(end - start)}s:{format_number(step)}s"
+    seen = f"count_over_time((max by (node) ({NODE_INFO}))[{span}]) * {step:g}"
+    per_node = await _per_node(client, seen, end)
+    anyone = f"count_over_time((count({NODE_INFO}))[{span}]) * {step:g}"
+    total = await _per_node(client, anyone, end)
+    return Coverage(sum(total.values()), per_node)
+
+
+def check_history(
+    seen: Coverage, *, range_seconds: float, min_history: float, min_node_history: float
+) -> set[str]:
+    """The nodes with enough history to count; raises ``HistoryTooShort`` when the engine's
+    history is below ``min_history`` in all or no node reaches ``min_node_history``."""
+    kept = seen.nodes_with(min_node_history)
+    longest = max(seen.per_node.items(), key=lambda item: item[1], default=("", 0.0))
+    problems = []
+    if seen.total < min_history:
+        problems.append(
+            f"the exporters were seen for {format_duration(int(seen.total))} of the last "
+            f"{format_duration(int(range_seconds))} (--min-history "
+            f"{format_duration(int(min_history))})"
+        )
+    if not kept:
+        problems.append(
+            f"no node for {format_duration(int(min_node_history))} (--min-node-history; "
+            + (
+                f"the longest, {longest[0]}, for {format_duration(int(longest[1]))})"
+                if longest[0]
+                else "none reported)"
+            )
+        )
+    if problems:
+        raise HistoryTooShort(
+            "too little history to propose thresholds from: "
+            + "; ".join(problems)
+            + ". Let the exporters run longer, or lower the minimums."
+        )
+    return kept
+
+
 async def history(
-    client: PromQLClient, expr: str, start: float, end: float, step: float, nodes: int
+    client: PromQLClient,
+    expr: str,
+    start: float,
+    end: float,
+    step: float,
+    nodes: int,
+    only: Collection[str] | None = None,
 ) -> Reservoir:
-    """Every (node, time) value of ``expr`` in [start, end], in range queries small enough to
-    answer, folded into one bounded sample."""
+    """Every (node, time) value of ``expr`` in [start, end] (of the nodes ``only`` names, all
+    without it), in range queries small enough to answer, folded into one bounded sample."""
     reservoir = Reservoir()
     span = max(10, POINTS_PER_QUERY // max(1, nodes)) * step
     t = start
@@ -180,6 +263,8 @@ async def history(
         chunk_end = min(end, t + span - step)
         series, _ = await client.query_range(expr, t, chunk_end, step, _Series)
         for s in series:
+            if only is not None and s.metric.get("node", "") not in only:
+                continue
             for _, text in s.values:
                 value = float(text)
                 if math.isfinite(value):
@@ -196,14 +281,19 @@ async def recommend(
     end: float,
     step: float,
     window: int,
+    only: Collection[str] | None = None,
+    min_samples: int = 0,
     catalog: Catalog = CATALOG,
 ) -> list[Proposal]:
+    """A proposal per signal from the history of the nodes ``only`` names (all without it);
+    a signal with fewer than ``min_samples`` values keeps its thresholds."""
     nodes = await node_count(client, end)
     proposals = []
     for signal in catalog.signals:
         expr = catalog.inline_expr(signal, format_duration(window))
-        values = await history(client, expr, start, end, step, nodes)
-        proposals.append(propose(signal, config.threshold(signal.key), values.values))
+        values = await history(client, expr, start, end, step, nodes, only)
+        current = config.threshold(signal.key)
+        proposals.append(propose(signal, current, values.values, min_samples))
     return proposals
 
 
@@ -273,7 +363,8 @@ def patch_yaml(
 class NodeReplay:
     filtered_seconds: float  # node-seconds a hard constraint was exceeded
     flips: int  # changes of the filtered state
-    triggered_seconds: dict[str, float]  # per detection label
+    triggered_seconds: dict[str, float]  # per detection label: a signal at or beyond warn
+    critical_seconds: dict[str, float] = field(default_factory=dict)  # ... beyond critical
 
 
 def _gate(signal: Signal, catalog: Catalog) -> str:
@@ -295,16 +386,21 @@ def filtered_expr(config: DetectionRuleConfig, window: str, catalog: Catalog = C
 
 
 def triggered_expr(
-    config: DetectionRuleConfig, detection: str, window: str, catalog: Catalog = CATALOG
+    config: DetectionRuleConfig,
+    detection: str,
+    window: str,
+    catalog: Catalog = CATALOG,
+    bound: str = "warn",
 ) -> str:
-    """1 while any of the detection's signals is at or beyond warn on a node."""
+    """1 while any of the detection's signals is at or beyond its ``bound`` (``warn``, where
+    the detection triggers, or ``critical``, where its index is 1) on a node."""
     parts = []
     for s in catalog.signals:
         if s.detection != detection:
             continue
         op = "<=" if s.lower_is_worse else ">="
-        warn = format_number(config.threshold(s.key).warn)
-        condition = f"(({catalog.inline_expr(s, window)}) {op} bool {warn}){_gate(s, catalog)}"
+        value = format_number(getattr(config.threshold(s.key), bound))
+        condition = f"(({catalog.inline_expr(s, window)}) {op} bool {value}){_gate(s, catalog)}"
         parts.append(f'label_replace({condition}, "signal", "{s.label}", "", "")')
     return "max by (node) (" + " or ".join(parts) + ")"
 
@@ -330,27 +426,36 @@ async def replay(
     filtered = filtered_expr(config, w, catalog)
     seconds = await _per_node(client, f"sum_over_time(({filtered})[{span}]) * {step:g}", end)
     flips = await _per_node(client, f"changes(({filtered})[{span}])", end)
-    triggered: dict[str, dict[str, float]] = {}
-    for d in catalog.detections:
-        expr = f"sum_over_time(({triggered_expr(config, d.key, w, catalog)})[{span}]) * {step:g}"
-        triggered[d.label] = await _per_node(client, expr, end)
-    nodes = sorted(set(seconds) | {n for t in triggered.values() for n in t})
+    at: dict[str, dict[str, dict[str, float]]] = {"warn": {}, "critical": {}}
+    for bound, by_detection in at.items():
+        for d in catalog.detections:
+            condition = triggered_expr(config, d.key, w, catalog, bound)
+            expr = f"sum_over_time(({condition})[{span}]) * {step:g}"
+            by_detection[d.label] = await _per_node(client, expr, end)
+    nodes = sorted(set(seconds) | {n for b in at.values() for t in b.values() for n in t})
     return {
         n: NodeReplay(
             seconds.get(n, 0.0),
             int(flips.get(n, 0.0)),
-            {d: t.get(n, 0.0) for d, t in triggered.items()},
+            {d: t.get(n, 0.0) for d, t in at["warn"].items()},
+            {d: t.get(n, 0.0) for d, t in at["critical"].items()},
         )
         for n in nodes
     }
 
 
 def replay_table(current: dict[str, NodeReplay], proposed: dict[str, NodeReplay]) -> list[str]:
-    """Per node: filtered node-seconds, flips and triggered seconds, current → proposed."""
+    """Per node: filtered node-seconds, flips, and per detection the seconds at warn and at
+    critical, current → proposed."""
     detections = sorted(
         {d for r in (*current.values(), *proposed.values()) for d in r.triggered_seconds}
     )
-    head = ["node", "filtered s", "flips", *[f"{d} s" for d in detections]]
+    head = [
+        "node",
+        "filtered s",
+        "flips",
+        *[f"{d} {b} s" for d in detections for b in ("warn", "critical")],
+    ]
     rows = [head]
     empty = NodeReplay(0.0, 0, {})
     for node in sorted(set(current) | set(proposed)):
@@ -361,8 +466,9 @@ def replay_table(current: dict[str, NodeReplay], proposed: dict[str, NodeReplay]
                 f"{c.filtered_seconds:g} → {p.filtered_seconds:g}",
                 f"{c.flips} → {p.flips}",
                 *[
-                    f"{c.triggered_seconds.get(d, 0):g} → {p.triggered_seconds.get(d, 0):g}"
+                    f"{getattr(c, f).get(d, 0):g} → {getattr(p, f).get(d, 0):g}"
                     for d in detections
+                    for f in ("triggered_seconds", "critical_seconds")
                 ],
             ]
         )

@@ -59,7 +59,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _gate(signal: Signal, detection: Detection) -> str:
+def signal_gate(signal: Signal, detection: Detection) -> str:
     """Where a signal counts: a detection with a PSI fallback depends on whether the node has
     PSI (its primary signals where it does, its fallback signals where it does not)."""
     if not detection.psi_fallback:
@@ -130,7 +130,7 @@ def _context(config: DetectionRuleConfig, generation: int, catalog: Catalog) -> 
                 "warn": threshold.warn,
                 "critical": threshold.critical,
                 "lower_is_worse": spec.lower_is_worse,
-                "gate": _gate(spec, detection),
+                "gate": signal_gate(spec, detection),
             }
         )
     detections: list[dict[str, Any]] = [

@@ -41,8 +41,10 @@ from rulegen.latency import buckets_flag
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
 from scripts.kubepods import PodTree
+from scripts.loadwatch import LoadWatch
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, wait_until
 from scripts.stress import (
+    InPod,
     PodLoad,
     StressUnavailableError,
     cross_pod,
@@ -175,7 +177,7 @@ class LocalStack:
             log_path=self.workdir / "extender.log",
             env=env,
         )
-        self._load: list[Managed] = []
+        self.loads: list[LoadWatch] = []  # the load processes, restarted when they die
         self._cgroups = contextlib.ExitStack()
         self._tree: PodTree | None = None
         self.pods: list[PodLoad] = []  # what `memory` and `cross-pod` run, and who is who
@@ -252,8 +254,19 @@ class LocalStack:
             raise ValueError(f"unknown load {kind!r}")
         for load in loads:
             load.env[MARKER_ENV] = self.marker
-            load.start()
-            self._load.append(load)
+            watch = LoadWatch(load, load.cgroups if isinstance(load, InPod) else ())
+            watch.start()
+            self.loads.append(watch)
+
+    def check_load(self) -> list[str]:
+        """Notice loads that died since the last call (each restarted, or given up): one line
+        each, saying how it ended."""
+        return [f"{w.name} {ended.describe()}" for w in self.loads if (ended := w.check())]
+
+    def load_gone(self, pod_uid: str) -> bool:
+        """Whether the load that ran in this pod died and was given up."""
+        pod = f"pod{pod_uid}"
+        return any(w.gone and any(pod in d.parts for d in w.cgroups) for w in self.loads)
 
     def _pod_tree(self) -> PodTree:
         if self._tree is None:
@@ -261,9 +274,9 @@ class LocalStack:
         return self._tree
 
     def stop_load(self) -> None:
-        for load in self._load:
-            load.stop()
-        self._load.clear()
+        for watch in self.loads:
+            watch.load.stop()
+        self.loads.clear()
         self.pods.clear()
         self._tree = None
         self._cgroups.close()
@@ -329,6 +342,7 @@ def render_view(stack: LocalStack, body: dict[str, Any] | None, error: str | Non
     elif body is not None:
         lines += table[1:]
     lines += _pod_lines(stack)
+    lines += [w.status() for w in stack.loads if w.exits]
     lines += ["", NODES_LEGEND, ""]
     lines += [f"{name:20} {url}" for name, url in stack.urls().items()]
     return "\n".join(lines)
@@ -341,7 +355,9 @@ def _pod_lines(stack: LocalStack) -> list[str]:
         return []
     roles = {}
     for load in stack.pods:
-        roles[load.stressed.uid] = "stressed"
+        # A load the kernel killed, and that stayed dead, stresses nothing: no claim of it.
+        gone = stack.load_gone(load.stressed.uid)
+        roles[load.stressed.uid] = "load gone" if gone else "stressed"
         roles[load.other.uid] = "other"
     lines = ["", f"{'pod':10} {'role':9} {'qos':10} {'memory':>7} {'io':>7}  own limit hit"]
     try:
@@ -369,6 +385,7 @@ def live_view(stack: LocalStack, stop: threading.Event, duration: float | None) 
     tty = sys.stdout.isatty()
     deadline = None if duration is None else time.monotonic() + duration
     while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        stack.check_load()  # a load that died is restarted, or given up, and the view says so
         body, error = None, None
         try:
             body = stack.nodes()

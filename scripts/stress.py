@@ -232,16 +232,26 @@ def new_cgroup_root() -> str:
     return f"/mco-pods-{uuid.uuid4().hex[:8]}"
 
 
-def in_pod(pod: Pod, argv: list[str], workdir: Path, name: str) -> Managed:
+class InPod(Managed):
+    """A Managed process in a pod: ``cgroups`` are the pod's and its container's directories
+    in every hierarchy, where the kernel counts the OOM kills in it (scripts/loadwatch.py)."""
+
+    def __init__(self, argv: list[str], *, name: str, log_path: Path, cgroups: list[Path]) -> None:
+        super().__init__(argv, name=name, log_path=log_path)
+        self.cgroups = cgroups
+
+
+def in_pod(pod: Pod, argv: list[str], workdir: Path, name: str) -> InPod:
     """``argv`` in the pod's container cgroup ``app``, in every hierarchy, from its birth (a
     Managed process, so the caller's stop and leftover checks cover it)."""
     for d in pod.dirs("app"):
         d.mkdir(exist_ok=True)
     joins = " && ".join(f'echo $$ > "{d / "cgroup.procs"}"' for d in pod.dirs("app"))
-    return Managed(
+    return InPod(
         ["/bin/sh", "-c", f'{joins} && exec "$0" "$@"', *argv],
         name=name,
         log_path=workdir / f"{name}.log",
+        cgroups=[*pod.dirs(), *pod.dirs("app")],
     )
 
 

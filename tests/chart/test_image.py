@@ -52,10 +52,9 @@ def test_image_defaults_to_non_root_and_ships_bcc_for_the_exporter() -> None:
     assert "USER 65532:65532" in DOCKERFILE
     assert "python3-bpfcc" in DOCKERFILE
     # The exporter keeps the image's user unless the eBPF/perf collectors need root.
-    ds = render_scenario("full").one("DaemonSet", "-exporter")
+    ds = render_scenario("collect-analyze").one("DaemonSet", "-exporter")
     assert ds["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 65532
-    values = merge(scenario_values("full"), {"exporter": {"kernelEvents": {"enabled": True}}})
-    ds = render(values).one("DaemonSet", "-exporter")
+    ds = render_scenario("full").one("DaemonSet", "-exporter")  # full has kernelEvents on
     assert ds["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 0
 
 

@@ -99,11 +99,15 @@ def test_kata_only_installs_no_workload_besides_kata_deploy() -> None:
     assert workloads == {"mco-kata-deploy"}
 
 
-def test_defaults_equal_full_without_its_release_requirement() -> None:
-    """values.yaml alone is the full scenario (the scenario only requires the release name)."""
+def test_defaults_are_full_without_kernel_events_or_its_release_requirement() -> None:
+    """values.yaml alone installs what the full scenario does, but keeps the exporter
+    least-privileged: full adds only the kernel-event collectors (and requires the release)."""
     full = render_scenario("full")
-    default = render({"monitoring": {"prometheusRelease": PROMETHEUS_RELEASE}})
-    assert sorted(map(str, full.objects)) == sorted(map(str, default.objects))
+    release = {"monitoring": {"prometheusRelease": PROMETHEUS_RELEASE}}
+    default = render(release)
+    assert sorted(map(str, full.objects)) != sorted(map(str, default.objects))
+    kernel_events = render(merge(release, {"exporter": {"kernelEvents": {"enabled": True}}}))
+    assert sorted(map(str, full.objects)) == sorted(map(str, kernel_events.objects))
 
 
 @pytest.mark.parametrize("component", ["exporter", "reporter", "rulegen", "extender"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -153,9 +154,33 @@ def kata_shim_dirs() -> dict[str, str]:
     return {f"/host/root{top}": top for top in tops}
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "kata-only"])
-def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(scenario: str) -> None:
-    pod, container = exporter_pod(scenario_values(scenario))
+# Where the exporter runs least-privileged: the chart's defaults and every scenario but `full`
+# (kata-only has no exporter).
+LEAST_PRIVILEGE = ["defaults", *(s for s in SCENARIOS if s not in ("kata-only", "full"))]
+# The exporter with its kernel-event collectors: the switch alone, and the `full` scenario.
+KERNEL_EVENTS = ["kernelEvents", "full"]
+
+
+def values_of(case: str) -> dict[str, Any]:
+    if case == "defaults":
+        return {}
+    if case == "kernelEvents":
+        return {"exporter": {"kernelEvents": {"enabled": True}}}
+    return scenario_values(case)
+
+
+def documented_capabilities() -> set[str]:
+    """The capabilities docs/helm.md's table lists as what kernelEvents adds, without those
+    behind a further option (SYS_ADMIN, `exporter.capabilities.sysAdmin`)."""
+    text = (Path(__file__).parents[2] / "docs" / "helm.md").read_text()
+    table = text.split("| capability | needed by | without it |", 1)[1].split("\n\n", 1)[0]
+    cells = [row.split("|")[1].strip() for row in table.strip().splitlines()[1:]]
+    return {c.strip("`") for c in cells if " " not in c}
+
+
+@pytest.mark.parametrize("case", LEAST_PRIVILEGE)
+def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(case: str) -> None:
+    pod, container = exporter_pod(values_of(case))
     assert pod["securityContext"] == {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True}
     sc = container["securityContext"]
     assert sc["privileged"] is False
@@ -184,14 +209,17 @@ def test_exporter_runs_as_non_root_without_capabilities_or_the_hosts_root(scenar
     assert {"--no-collector.biolatency", "--no-collector.perf_llc"} <= set(args)
 
 
-def test_kernel_events_run_as_root_with_only_what_ebpf_and_perf_need() -> None:
-    pod, container = exporter_pod({"exporter": {"kernelEvents": {"enabled": True}}})
+@pytest.mark.parametrize("case", KERNEL_EVENTS)
+def test_kernel_events_run_as_root_with_only_what_ebpf_and_perf_need(case: str) -> None:
+    pod, container = exporter_pod(values_of(case))
     assert pod["securityContext"] == {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}
     sc = container["securityContext"]
     assert sc["privileged"] is False
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert sorted(sc["capabilities"]["add"]) == ["BPF", "PERFMON", "SYS_RESOURCE"]
+    assert set(sc["capabilities"]["add"]) == documented_capabilities()
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     mounts = host_mounts(pod, container)
     assert mounts == {
         "/host/proc": "/proc",

@@ -144,6 +144,12 @@ def stack_with_pods(stack_factory, mode: str) -> tuple[LocalStack, PodLoad]:
     return stack, pods
 
 
+def both_sides(entry: dict[str, Any]) -> set[tuple[str, str]]:
+    """(pod UID, resource) listed as victim and as aggressor of that resource at once."""
+    victims = {(p["podUid"], p["resource"]) for p in entry.get("victims", [])}
+    return victims & {(p["podUid"], p["resource"]) for p in entry.get("aggressors", [])}
+
+
 def wait_marked(
     stack: LocalStack, marked: Any, last: list[dict[str, Any] | None], *, timeout: float
 ) -> None:
@@ -212,11 +218,13 @@ def test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both(
     stack, pods = stack_with_pods(stack_factory, "cross-pod")
     victim, aggressor = pods.other.uid, pods.stressed.uid
     last: list[dict[str, Any] | None] = [None]
+    overlaps: list[set[tuple[str, str]]] = []
 
     def marked() -> bool:
         entry = last[0] = report_entry(stack)
         if entry is None:
             return False
+        overlaps.append(both_sides(entry))
         victims = [(p["podUid"], p["resource"]) for p in entry.get("victims", [])]
         memory = [p["podUid"] for p in entry.get("aggressors", []) if p["resource"] == "memory"]
         return (
@@ -236,6 +244,11 @@ def test_a_pod_starved_by_another_marks_the_node_and_the_report_names_both(
     # The worst victim is the victim: its stall is what the node's memory signal reads.
     entry = last[0]
     assert entry is not None and entry["victims"][0]["podUid"] == victim, entry
+    # Never on both sides: not the victim among the memory aggressors (it holds memory of its
+    # own), nor the aggressor among the victims (its allocation stalls too), at any entry seen.
+    assert victim not in [p["podUid"] for p in entry["aggressors"]], entry
+    assert (aggressor, "memory") not in {(p["podUid"], p["resource"]) for p in entry["victims"]}
+    assert not any(overlaps), overlaps
 
 
 def test_prometheus_down_goes_stale_and_neutral_then_recovers(stack_factory, tmp_path) -> None:
@@ -335,11 +348,13 @@ def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
     stack, pods = stack_with_pods(stack_factory, "io-cross-pod")
     victim, aggressor = pods.other.uid, pods.stressed.uid
     last: list[dict[str, Any] | None] = [None]
+    overlaps: list[set[tuple[str, str]]] = []
 
     def marked() -> bool:
         entry = last[0] = report_entry(stack)
         if entry is None:
             return False
+        overlaps.append(both_sides(entry))
         victims = [(p["podUid"], p["resource"]) for p in entry.get("victims", [])]
         io = [p["podUid"] for p in entry.get("aggressors", []) if p["resource"] == "io"]
         return bool(
@@ -352,3 +367,5 @@ def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
     for uid in (victim, aggressor):
         pod = pod_view(stack, uid)
         assert pod is not None and not pod["selfLimited"], pod
+    # The reader does I/O of its own; it is still never its own aggressor.
+    assert not any(overlaps), overlaps

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scripts import image as image_build
-from tests.chart.helm import render_scenario
+from tests.chart.helm import merge, render, render_scenario, scenario_values
 from tests.image.pod import PodRun, Sandbox, from_workload
 
 NODE = "image-test-node"
@@ -60,17 +60,14 @@ def box(session_box: Sandbox) -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="session")
 def full() -> dict[str, dict[str, Any]]:
-    """The full scenario's workloads by component (what the chart installs)."""
+    """The full scenario's workloads by component (what the chart installs). The exporter is
+    the chart's default, least-privileged one: the eBPF test runs full's kernel-event one."""
     rendered = render_scenario("full")
-    return {
-        component: rendered.one(kind, f"-{component}")
-        for kind, component in (
-            ("DaemonSet", "exporter"),
-            ("Deployment", "reporter"),
-            ("Deployment", "rulegen"),
-            ("Deployment", "extender"),
-        )
-    }
+    least = merge(scenario_values("full"), {"exporter": {"kernelEvents": {"enabled": False}}})
+    workloads = {"exporter": render(least).one("DaemonSet", "-exporter")}
+    for component in ("reporter", "rulegen", "extender"):
+        workloads[component] = rendered.one("Deployment", f"-{component}")
+    return workloads
 
 
 def downward(component: str) -> dict[str, str]:

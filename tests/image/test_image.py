@@ -217,15 +217,15 @@ def test_exporter_loads_its_ebpf_program_with_the_hosts_kernel_headers(image, tm
         pytest.skip("no kernel headers tree here (scripts/setup-system.sh makes one)")
     if not Path("/sys/kernel/tracing/events/block").is_dir():
         pytest.skip("no tracefs with block tracepoints mounted on this host")
-    # exporter.kernelEvents: root with BPF/PERFMON, tracefs, bpffs, /lib/modules and /usr/src
-    # mounted; the merged tree is a further read-only mount named by kernelHeaders.source.
+    # The full scenario's exporter (exporter.kernelEvents): root with BPF/PERFMON, tracefs,
+    # bpffs, /lib/modules and /usr/src mounted; the merged tree is a further read-only mount
+    # named by kernelHeaders.source.
     # Debian 12's containers-common seccomp profile allows bpf() only with CAP_SYS_ADMIN: this
     # is the "runtime whose default profile predates CAP_BPF" case values.yaml names, so the
     # chart's answer for it, seccompProfile Unconfined, is what runs here.
     values = merge(
         scenario_values("full"),
-        {"exporter": {"kernelEvents": {"enabled": True},
-                      "collectors": {"biolatency": True},
+        {"exporter": {"collectors": {"biolatency": True},
                       "kernelHeaders": {"source": "/kernel-headers"},
                       "seccompProfile": {"type": "Unconfined"}}},
     )  # fmt: skip

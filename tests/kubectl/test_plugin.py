@@ -24,6 +24,7 @@ from scripts.procs import Managed, free_port
 from tests.extender import bodies
 from tests.extender.conftest import cluster_report, entry, write_reports
 from tests.reporter.kapi import REPORTS, ServiceProxy, VersionedKubernetes, service_proxy
+from tests.secured_web import PASSWORD, USER, secured_web, wait_served
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,7 @@ class Cluster:
     front: ServiceProxy
     kubeconfig: Path
     extender: str  # the extender's own URL (for sending scheduler requests directly)
+    report_file: Path  # what the extender reads
 
 
 def _kubeconfig(path: Path, url: str, namespace: str | None = None) -> Path:
@@ -99,7 +101,8 @@ async def cluster(kapi: VersionedKubernetes, tmp_path: Path) -> AsyncIterator[Cl
     with proc:
         await asyncio.to_thread(proc.wait_http, f"{url}/readyz", timeout=60)
         async with service_proxy(kapi, {SERVICE: url}) as front:
-            yield Cluster(kapi, front, _kubeconfig(tmp_path / "kubeconfig", front.url), url)
+            kubeconfig = _kubeconfig(tmp_path / "kubeconfig", front.url)
+            yield Cluster(kapi, front, kubeconfig, url, path)
 
 
 async def plugin(cluster: Cluster, *args: str) -> tuple[int, str, str]:
@@ -202,3 +205,131 @@ async def test_failures_say_what_to_fix(cluster):
     assert code == 1 and "kubeconfig" in err
     code, _, err = await plugin(cluster, "why")
     assert code == 2
+
+
+# --- without the service proxy: --extender-url and --report-file ---------------------------
+
+
+async def test_extender_url_asks_the_extender_itself_and_the_cluster_only_for_the_pod(cluster):
+    """As through `kubectl port-forward`: the same answers as through the proxy, and the API
+    server is asked for the pod alone (nodes needs no cluster at all)."""
+    _, through_proxy, _ = await plugin(cluster, "-o", "json", "nodes")
+    before = len(cluster.front.authorizations)
+    code, out, err = await plugin(
+        cluster, "--extender-url", cluster.extender, "-o", "json", "nodes"
+    )
+    assert code == 0, err
+    assert _verdicts(json.loads(out)) == _verdicts(json.loads(through_proxy))
+    assert len(cluster.front.authorizations) == before  # the proxy was not used
+    code, out, err = await plugin(
+        cluster,
+        "why",
+        "web-1",
+        "-n",
+        "shop",
+        "--extender-url",
+        cluster.extender + "/",
+        "-o",
+        "json",
+    )
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["pod"]["pod"] == "shop/web-1"
+    assert [(n["name"], n["passed"]) for n in answer["nodes"]] == [
+        ("blocked", False), ("busy", True), ("quiet", True)
+    ]  # fmt: skip
+    assert len(cluster.front.authorizations) == before + 1  # the pod, nothing else
+    # Nothing listening: exit 1, and what to check.
+    code, _, err = await plugin(
+        cluster, "--extender-url", f"http://127.0.0.1:{free_port()}", "nodes"
+    )
+    assert code == 1
+    assert "cannot reach the extender at http://127.0.0.1:" in err and "port-forward" in err
+
+
+def _verdicts(body: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [(n["name"], n["level"], n["schedulable"], n["reasons"]) for n in body["nodes"]]
+
+
+async def test_extender_url_with_tls_a_client_certificate_and_basic_auth(cluster, tmp_path):
+    """A real extender behind its --web.config.file (TLS, client certificates, basic auth): the
+    plugin's TLS and basic-auth flags get through, and each missing one is said."""
+    web = secured_web(tmp_path)
+    password = tmp_path / "password"
+    password.write_text(PASSWORD + "\n")
+    port = free_port()
+    proc = Managed(
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}",
+         f"--web.config.file={web.config_file}", f"--report-file={cluster.report_file}",
+         "--stale-after=1h"],
+        name="mco-extender-tls", log_path=tmp_path / "extender-tls.log",
+    )  # fmt: skip
+    url = f"https://127.0.0.1:{port}"
+    secured = [
+        "--extender-url", url, "--extender-ca-file", web.ca_file,
+        "--extender-cert-file", web.client[0], "--extender-key-file", web.client[1],
+        "--extender-basic-auth-user", USER, "--extender-basic-auth-password-file", str(password),
+    ]  # fmt: skip
+    with proc:
+        await asyncio.to_thread(wait_served, proc, port, "/readyz", web)
+        code, out, err = await plugin(cluster, *secured, "-o", "json", "nodes")
+        assert code == 0, err
+        assert [n["name"] for n in json.loads(out)["nodes"]] == ["blocked", "busy", "quiet"]
+        code, out, err = await plugin(cluster, *secured, "why", "web-1", "-n", "shop")
+        assert code == 0, err
+        assert "node blocked: rejected (hard_constraint)" in out
+        # No password: the extender's 401, with the flags to give.
+        code, _, err = await plugin(cluster, *secured[:8], "nodes")
+        assert code == 1 and "401" in err and "--extender-basic-auth" in err, err
+        # Not our CA: the handshake fails, unless verification is turned off.
+        unverified = [a for a in secured if a not in ("--extender-ca-file", web.ca_file)]
+        code, _, err = await plugin(cluster, *unverified, "nodes")
+        assert code == 1 and "certificate verify failed" in err, err
+        code, _, err = await plugin(
+            cluster, *unverified, "--extender-insecure-skip-verify", "nodes"
+        )
+        assert code == 0, err
+    # Half a client certificate, or a password file without a user: bad usage.
+    code, _, err = await plugin(cluster, *secured[:6], "nodes")
+    assert code == 2 and "--extender-key-file" in err
+    code, _, err = await plugin(cluster, "--extender-url", "localhost:9848", "nodes")
+    assert code == 2 and "http(s) URL" in err
+
+
+async def test_report_file_judges_with_the_extenders_own_code(cluster, tmp_path):
+    """--report-file: the answers the running extender gives for the same file, with no
+    extender and, for nodes, no cluster."""
+    code, out, err = await plugin(
+        cluster, "--kubeconfig", str(tmp_path / "none"), "--report-file", str(cluster.report_file),
+        "-o", "json", "nodes",
+    )  # fmt: skip
+    assert code == 0, err
+    served = await asyncio.to_thread(requests.get, f"{cluster.extender}/v1/nodes", timeout=10)
+    assert _verdicts(json.loads(out)) == _verdicts(served.json())
+    code, out, err = await plugin(cluster, "--report-file", str(cluster.report_file), "nodes")
+    assert code == 0 and "reasons: triggered:io_congestion" in out, err
+    code, out, err = await plugin(
+        cluster, "why", "web-1", "-n", "shop", "--report-file", str(cluster.report_file),
+        "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    pod = _pod("web-1", "shop")  # what the fixture put in the cluster
+    explained = await asyncio.to_thread(
+        requests.post, f"{cluster.extender}/v1/explain", json={"pod": pod}, timeout=10
+    )
+    mine = json.loads(out)["nodes"]
+    theirs = explained.json()["nodes"]
+    assert [(n["name"], n["passed"], n["reason"]) for n in mine] == [
+        (n["name"], n["passed"], n["reason"]) for n in theirs
+    ]
+    assert mine[0]["explanation"]["hardConstraints"] == theirs[0]["explanation"]["hardConstraints"]
+    # A file that is not a report, and both sources at once.
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = await plugin(cluster, "--report-file", str(bad), "nodes")
+    assert code == 1 and f"cannot read the report file {bad}" in err
+    code, _, err = await plugin(
+        cluster, "--report-file", str(cluster.report_file), "--extender-url", cluster.extender,
+        "nodes",
+    )  # fmt: skip
+    assert code == 2 and "give one" in err

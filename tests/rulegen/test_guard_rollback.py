@@ -21,10 +21,11 @@ from kubernetes_asyncio import client
 
 from reporter.promql import SourceConfig
 from rulegen import guard, history
+from rulegen.catalog import CATALOG, Signal
 from rulegen.cli import RollbackCommand, cmd_rollback, main
 from rulegen.controller import GUARD_REJECTED, RuleConfigController
 from rulegen.crd import crd
-from rulegen.model import DetectionRuleConfig, config_from_object
+from rulegen.model import DetectionRuleConfig, config_from_object, from_spec
 from rulegen.rollback import RollbackError, rollback
 from scripts.procs import Prometheus, free_port
 from tests.rulegen.crd_validation import api_server_errors
@@ -42,6 +43,22 @@ from tests.rulegen.test_controller import (
 
 NODES = [f"node-{i}" for i in range(10)]
 MEMORY = {n: (0.02 if i < 2 else 0.002) for i, n in enumerate(NODES)}  # PSI memory full now
+# Half the nodes without PSI: the memory-pressure fallback signals count there, PSI elsewhere.
+FALLBACK = {n: int(i >= 5) for i, n in enumerate(NODES)}
+
+
+def _quiet(signal: Signal) -> float:
+    """Each signal's live value: on the good side of its default warn by a factor of two."""
+    warn = DetectionRuleConfig.default().threshold(signal.key).warn
+    return 2 * warn if signal.lower_is_worse else warn / 2
+
+
+def _catching(signal: Signal) -> dict[str, float]:
+    """Thresholds for ``signal`` that every quiet value is at or beyond, both of them."""
+    warn = DetectionRuleConfig.default().threshold(signal.key).warn
+    if signal.lower_is_worse:
+        return {"warn": 4 * warn, "critical": 3 * warn}
+    return {"warn": warn / 4, "critical": warn / 3}
 
 
 def _live_rules() -> dict[str, Any]:
@@ -56,10 +73,14 @@ def _live_rules() -> dict[str, Any]:
                 "labels": labels,
             },
             {
-                "record": "node:mco_psi_io_some_ratio:smoothed",
-                "expr": "vector(0.1)",
+                "record": "node:mco_memory_pressure_fallback:bool",
+                "expr": f"vector({FALLBACK[node]})",
                 "labels": labels,
             },
+            *(
+                {"record": sig.series, "expr": f"vector({_quiet(sig)})", "labels": labels}
+                for sig in CATALOG.signals
+            ),
             {
                 "record": "node:mco_hard_constraint_violated:bool",
                 "expr": f"vector({1 if MEMORY[node] > 0.01 else 0})",
@@ -110,6 +131,29 @@ async def test_guard_counts_the_nodes_a_spec_would_filter_now(prometheus: Promet
     unchecked = await guard.check(down, _with_memory_limit(0.001))
     assert unchecked.allowed and not unchecked.checked
     assert unchecked.message.startswith("guard not checked:")
+
+
+async def test_guard_counts_the_nodes_each_signals_thresholds_would_catch_now(
+    prometheus: Prometheus,
+) -> None:
+    """Every threshold a spec holds (and ``mco-rulegen recommend`` proposes) is guarded: one
+    signal's warn and critical moved into its quiet range trip the guard on their own."""
+    settings = guard.GuardSettings(SourceConfig(prometheus.url, timeout=30), max_filtered_share=0.4)
+    default = await guard.check(settings, DetectionRuleConfig.default())
+    assert default.allowed, default.message
+    assert "its warn thresholds would trigger on 0 of 10 nodes now" in default.message
+    for sig in CATALOG.signals:
+        caught = (
+            5 if CATALOG.detection(sig.detection).psi_fallback else 10
+        )  # where the rules count the signal (its PSI gate)
+        where = "fallback" if sig.fallback else "signals"
+        spec = DetectionRuleConfig.default().to_spec()
+        spec["detections"][sig.detection][where][sig.key] = _catching(sig)
+        config = from_spec(spec)
+        verdict = await guard.check(settings, config)
+        assert not verdict.allowed, (sig.key, verdict.message)
+        assert f"its warn thresholds would trigger on {caught} of 10 nodes now" in verdict.message
+        assert f"its critical thresholds would reach {caught} of 10 nodes now" in verdict.message
 
 
 @pytest.fixture

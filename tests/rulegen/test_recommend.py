@@ -11,6 +11,7 @@ available around half its memory and one hour down at 5 %. No other signal has a
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import subprocess
 import time
@@ -43,10 +44,10 @@ MEMORY_FULL = ("node-2", 15 * 3600, 15 * 3600 + 1200)
 LOW_MEMORY = ("node-3", 20 * 3600, 21 * 3600)
 
 
-def _history(end: int) -> str:
+def _history(end: int, seconds: int = HOURS * 3600) -> str:
     """OpenMetrics text: each series' samples in time order, counters as running sums."""
     rng = random.Random(7)
-    start = end - HOURS * 3600
+    start = end - seconds
     times = range(start, end, SCRAPE)
     lines: list[str] = []
     lines += ["# TYPE mco_node_info gauge"]
@@ -81,12 +82,10 @@ def _history(end: int) -> str:
     return "\n".join(lines) + "\n# EOF\n"
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, int]]:
-    workdir = tmp_path_factory.mktemp("history")
+def _backfilled(workdir: Path, seconds: int) -> Iterator[tuple[Prometheus, int]]:
     end = int(time.time()) // STEP * STEP
     source = workdir / "history.om"
-    source.write_text(_history(end))
+    source.write_text(_history(end, seconds))
     data = workdir / "data"
     done = subprocess.run(
         ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
@@ -100,6 +99,17 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
         yield server, end
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, int]]:
+    yield from _backfilled(tmp_path_factory.mktemp("history"), HOURS * 3600)
+
+
+@pytest.fixture(scope="module")
+def four_minutes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, int]]:
+    """The issue's case: an engine that has held the exporters for four minutes."""
+    yield from _backfilled(tmp_path_factory.mktemp("four-minutes"), 240)
 
 
 async def _proposals(url: str, end: int) -> list[recommend.Proposal]:
@@ -152,6 +162,10 @@ async def test_replay_counts_match_the_injected_episodes(history) -> None:
     # io_congestion triggers (warn 0.1) for each I/O episode: 1 h on node-1, 30 min on node-2.
     assert replayed["node-1"].triggered_seconds["io_congestion"] == pytest.approx(3600, abs=STEP)
     assert replayed["node-2"].triggered_seconds["io_congestion"] == pytest.approx(1800, abs=STEP)
+    # ... and reaches critical (0.4) as well: the episodes are at 45 %, the quiet time far below.
+    assert replayed["node-1"].critical_seconds["io_congestion"] == pytest.approx(3600, abs=STEP)
+    assert replayed["node-2"].critical_seconds["io_congestion"] == pytest.approx(1800, abs=STEP)
+    assert replayed["node-3"].critical_seconds["io_congestion"] == 0
     # memory_pressure on node-3 (no PSI: the fallback, memory available under 15 %): 1 h.
     assert replayed["node-3"].triggered_seconds["memory_pressure"] == pytest.approx(3600, abs=STEP)
     assert replayed["node-1"].triggered_seconds["memory_pressure"] == 0
@@ -160,12 +174,18 @@ async def test_replay_counts_match_the_injected_episodes(history) -> None:
 def test_cli_writes_a_valid_patch_with_reasons_and_the_replay(history, tmp_path: Path) -> None:
     server, _ = history
     out = tmp_path / "patch.yaml"
+    # --min-history below the range: the backfill ends when the module started, and the
+    # engine's 5 min look-back covers only that much of the time since.
     argv = [
         "recommend", f"--prometheus-url={server.url}", "--range=1d", "--step=1m",
-        "--window=30s", "--replay", "-o", str(out),
+        "--window=30s", "--replay", "--min-history=20h", "-o", str(out),
     ]  # fmt: skip
     assert main(argv) == 0
     text = out.read_text()
+    assert "of history on 3 nodes." in text and "Left out" not in text
+    # No rules ran on the backfilled engine, so the guard has no live data to judge from.
+    assert "# Guard, as the controller would run it on applying this now: guard not" in text
+    assert "io_congestion warn s" in text and "io_congestion critical s" in text
     patch: dict[str, Any] = yaml.safe_load(text)
     assert patch["kind"] == "DetectionRuleConfig"
     io = patch["spec"]["detections"]["ioCongestion"]["signals"]["psiIOSome"]
@@ -181,10 +201,88 @@ def test_cli_writes_a_valid_patch_with_reasons_and_the_replay(history, tmp_path:
     assert before == after == pytest.approx(1200, abs=STEP) and flips == "2 → 2"
 
 
+def test_four_minutes_of_history_are_refused_unless_the_minimums_are_lowered(
+    four_minutes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default 7-day range against an engine holding 4 minutes: no patch, one line, exit 1;
+    the flags lower the minimums (and then the proposal says how little it stands on)."""
+    server, _ = four_minutes
+    out = tmp_path / "patch.yaml"
+    assert main(["recommend", f"--prometheus-url={server.url}", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("mco-rulegen: too little history")
+    # 4 minutes of samples, plus the engine's 5 min look-back after the last one at most.
+    assert re.search(r"seen for [4-9]m of the last 168h \(--min-history 24h\)", err), err
+    assert "no node for 6h (--min-node-history; the longest, node-" in err
+    assert not out.exists()
+    lowered = [
+        "recommend", f"--prometheus-url={server.url}", "--min-history=2m",
+        "--min-node-history=2m", "--window=30s", "-o", str(out),
+    ]  # fmt: skip
+    assert main(lowered) == 0, capsys.readouterr().err
+    assert "of history on 3 nodes." in out.read_text()
+    # A minimum longer than the range it is looked for in is a usage error (exit 2).
+    with pytest.raises(SystemExit) as exc:
+        main(["recommend", f"--prometheus-url={server.url}", "--range=1h"])
+    assert exc.value.code == 2
+    assert "--min-history is longer than --range" in capsys.readouterr().err
+
+
+def test_nodes_below_their_minimum_are_left_out_and_the_total_is_required() -> None:
+    seen = recommend.Coverage(total=2 * 86400, per_node={"a": 2 * 86400, "b": 3600})
+    kept = recommend.check_history(
+        seen, range_seconds=7 * 86400, min_history=86400, min_node_history=6 * 3600
+    )
+    assert kept == {"a"}
+    with pytest.raises(
+        recommend.HistoryTooShort, match=r"no node for 72h .*the longest, a, for 48h"
+    ):
+        recommend.check_history(
+            seen, range_seconds=7 * 86400, min_history=86400, min_node_history=3 * 86400
+        )
+    with pytest.raises(recommend.HistoryTooShort, match=r"seen for 48h of the last 168h") as exc:
+        recommend.check_history(
+            seen, range_seconds=7 * 86400, min_history=3 * 86400, min_node_history=3600
+        )
+    assert "no node" not in str(exc.value)
+    # A signal with less history than one node's minimum keeps its thresholds.
+    spec = CATALOG.signal("psiIOSome")
+    few = recommend.propose(
+        spec, DetectionRuleConfig.default().threshold("psiIOSome"), [0.1, 0.9], 360
+    )
+    assert few.proposed is None and "only 2 samples" in few.reasons[0]
+
+
+@pytest.mark.parametrize("bound", ["warn", "critical"])
+def test_the_replay_evaluates_every_threshold_a_proposal_can_move(bound: str) -> None:
+    """Each signal's warn and critical reach the replay of its detection: moving one changes
+    that detection's replayed expression, with the new value in it, and no other's."""
+    default = DetectionRuleConfig.default()
+    for sig in CATALOG.signals:
+        if sig.lower_is_worse:
+            moved = {"warn": 0.987654, "critical": 0.123456}
+        else:
+            moved = {"warn": 0.123456, "critical": 0.987654}
+        spec = default.to_spec()
+        spec["detections"][sig.detection]["fallback" if sig.fallback else "signals"][sig.key] = (
+            moved
+        )
+        config = from_spec(spec)
+        for d in CATALOG.detections:
+            before = recommend.triggered_expr(default, d.key, "30s", CATALOG, bound)
+            after = recommend.triggered_expr(config, d.key, "30s", CATALOG, bound)
+            if d.key == sig.detection:
+                assert before != after, (sig.key, bound)
+                assert f"bool {moved[bound]:g}" in after, (sig.key, bound)
+            else:
+                assert before == after, (sig.key, d.key)
+
+
 def test_an_engine_without_history_says_so_and_exits_nonzero_only_when_unreachable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["recommend", "--prometheus-url=http://127.0.0.1:1", "--range=1h"]) == 1
+    argv = ["recommend", "--prometheus-url=http://127.0.0.1:1", "--range=1h", "--min-history=1h"]
+    assert main([*argv, "--min-node-history=1h"]) == 1
     assert "cannot reach http://127.0.0.1:1" in capsys.readouterr().err
 
 
