@@ -1,7 +1,7 @@
 """``kubectl-mco`` (run as ``kubectl mco``): ``nodes``, ``why POD``, ``report``.
 
 Exit codes: 0 done; 1 the cluster said no (a pod that is not there, a proxy refused, no
-report); 2 bad usage.
+report); 2 a bad flag or kubeconfig, with one line on stderr as in every MCO binary.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ import yaml
 from kubernetes_asyncio.config import kube_config
 
 from kubectl_mco import api, render
+from mco.kubeconfig import kubeconfig_paths
+from mco.settings import Parser, fail
+
+PROG = "kubectl-mco"  # the console script; kubectl runs it as `kubectl mco`
 
 NAMESPACE_DEFAULT = "default"
 
@@ -59,8 +63,8 @@ def _common() -> argparse.ArgumentParser:
 
 def _parser() -> argparse.ArgumentParser:
     where = api.Extender()
-    top = argparse.ArgumentParser(
-        prog="kubectl mco",
+    top = Parser(
+        prog=PROG,
         description="MCO's view of the cluster: node interference, and why a pod went where.",
         parents=[_common()],
     )
@@ -103,9 +107,7 @@ def _namespace(kubeconfig: str | None, context: str | None) -> str:
     """The namespace of the kubeconfig context, as kubectl defaults it."""
     try:
         loader = kube_config.KubeConfigLoader(
-            config_dict=kube_config.KubeConfigMerger(
-                kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
-            ).config,
+            config_dict=kube_config.KubeConfigMerger(kubeconfig_paths(kubeconfig)).config,
             active_context=context,
         )
         current: Any = loader.current_context
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         body, table = asyncio.run(_run(args))
+    except api.ConfigError as exc:
+        return fail(PROG, str(exc))
     except api.PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
