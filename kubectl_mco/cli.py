@@ -25,12 +25,12 @@ PROG = "kubectl-mco"  # the console script; kubectl runs it as `kubectl mco`
 NAMESPACE_DEFAULT = "default"
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> Parser:
     """Options accepted before or after the command (``kubectl mco -o json nodes`` and
     ``kubectl mco nodes -o json``); defaults are filled in by `_parser`. A new parser for each
     user: parents share their actions, and ``set_defaults`` would reach every copy."""
     where = api.Extender()
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument(
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)"
     )
@@ -61,7 +61,7 @@ def _common() -> argparse.ArgumentParser:
     return common  # fmt: skip
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     where = api.Extender()
     top = Parser(
         prog=PROG,

@@ -351,7 +351,7 @@ def not_one_line_exit_2(cases: list[tuple[str, list[str]]], home: Path, needle: 
     """Each (script, argv) run at once (each is a process start); what did not exit 2 with
     exactly one line, ``NAME: error: ...`` naming ``needle``."""
     with ThreadPoolExecutor(max_workers=len(cases)) as pool:
-        results = list(pool.map(lambda case: run_script(*case, home), cases))
+        results = list(pool.map(lambda case: run_script(case[0], case[1], home), cases))
     wrong = []
     for (name, argv), result in zip(cases, results, strict=True):
         lines = result.stderr.splitlines()
