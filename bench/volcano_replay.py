@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cpu import TICK
+from extender.print_config import KUBE_SCHEDULER_HTTP_TIMEOUT, VOLCANO_HTTP_TIMEOUT
 from reporter.schema import (
     LAYOUT_LABEL,
     NodeEntry,
@@ -31,8 +32,8 @@ from tests.extender import bodies
 
 VOLCANO_CONCURRENCY = 16  # PredicateNodes' workqueue.ParallelizeUntil(ctx, 16, ...)
 GO_IDLE_CONNECTIONS = 2  # Go's default transport keeps 2 idle connections per host
-VOLCANO_TIMEOUT = 0.5  # the chart's scheduler.volcano.httpTimeout (Volcano's own default: 1s)
-KUBE_TIMEOUT = 1.0  # the chart's scheduler.kubeScheduler.httpTimeout
+VOLCANO_TIMEOUT = VOLCANO_HTTP_TIMEOUT  # the chart's scheduler.volcano.httpTimeout
+KUBE_TIMEOUT = KUBE_SCHEDULER_HTTP_TIMEOUT  # the chart's scheduler.kubeScheduler.httpTimeout
 REJECT_EVERY = 10  # node i with i % 10 == 0 is unschedulable in the report
 TASKS_PER_JOB = 10  # tasks of one job share a role, hence Volcano's predicate error cache
 PODS_PER_NODE = range(10, 31)  # -> NodeInfos of 109-296 KB, the reference's 100-300 KB

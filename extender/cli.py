@@ -209,15 +209,21 @@ def parse_settings(argv: Sequence[str] | None) -> ExtenderSettings:
 def serve(settings: ExtenderSettings) -> None:
     """Run one server process until SIGTERM/SIGINT."""
     web_ = settings.web
-    log.info(
-        "serving",
-        extra={
-            "url": f"{web_.config.scheme}://{web_.address}",
-            "pid": os.getpid(),
-            "web_config": web_.config.source or None,
-        },
-    )
+
+    async def announce(_: web.Application) -> None:
+        # After the report and pod sources started: unusable credentials stop the start-up
+        # with their one error line, not after a "serving" line that was not true.
+        log.info(
+            "serving",
+            extra={
+                "url": f"{web_.config.scheme}://{web_.address}",
+                "pid": os.getpid(),
+                "web_config": web_.config.source or None,
+            },
+        )
+
     app = make_app(settings.config)
+    app.on_startup.append(announce)
     webserver.install(app, web_.config)
     web.run_app(
         app,

@@ -2,13 +2,14 @@
 
 Volcano: one tier holding the ``extender`` plugin with the predicate and prioritize verbs and the
 allocate/deallocate event verbs (placements, for reservations), ``ignorable: true`` (a slow or
-absent extender must never stop scheduling) and a timeout well under Volcano's 1 s default.
+absent extender must never stop scheduling) and ``VOLCANO_HTTP_TIMEOUT``.
 kube-scheduler: a KubeSchedulerConfiguration a second scheduler runs as is (the upstream
 "configure multiple schedulers" pattern): its own profile ``schedulerName`` (a default-named
 profile would compete with the cluster's scheduler) and its own Lease (the default
 ``kube-system/kube-scheduler`` is the cluster scheduler's: beside it a second one would wait for
 that lease forever), plus an ``extenders`` entry with ``nodeCacheCapable`` (names instead of
-full Node objects on the wire) and ``ignorable``. The chart's ConfigMap is the same document.
+full Node objects on the wire), ``ignorable`` and ``KUBE_SCHEDULER_HTTP_TIMEOUT``. The chart's
+ConfigMap is the same document.
 """
 
 from __future__ import annotations
@@ -36,6 +37,18 @@ _NAMES = {
     "--scheduler-name": (re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"), 253),
     "--lease-namespace": (re.compile(_DNS_LABEL), 63),
 }
+
+# Each scheduler's timeout per extender call, in seconds: the one source of print-config's
+# defaults, the chart's values.yaml and every doc that quotes them (tests/chart/
+# test_http_timeout.py). Volcano's one timeout covers every verb, and its prioritize call
+# carries every passing node's NodeInfo (~100 MB from 1,000 nodes up): end to end it took
+# p99 1.1-3.1 s at 1,000-5,000 nodes on a loaded 2-core VM (docs/benchmarks.md, "Volcano call
+# volume"), over Volcano's own 1 s default, and a prioritize that times out leaves the task
+# without MCO's scores. kube-scheduler's calls carry node names only: p99 under 50 ms at 5,000
+# nodes on the same VM, so 1 s keeps a 20 x margin and costs a blocked scheduler (a
+# NetworkPolicy dropping its calls) 1 s per call, not 4.
+VOLCANO_HTTP_TIMEOUT = 4.0
+KUBE_SCHEDULER_HTTP_TIMEOUT = 1.0
 
 
 def volcano_tier(url: str, http_timeout: str) -> list[dict[str, Any]]:
@@ -139,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=duration,
         default=None,
         metavar="DURATION",
-        help="per-call timeout (default 1s; Volcano's prioritize carries every node's NodeInfo)",
+        help=f"per-call timeout (default {go_duration(VOLCANO_HTTP_TIMEOUT)} for Volcano, whose "
+        "prioritize carries every passing node's NodeInfo; "
+        f"{go_duration(KUBE_SCHEDULER_HTTP_TIMEOUT)} for kube-scheduler)",
     )
     parser.add_argument("--weight", type=int, default=1, help="kube-scheduler weight (> 0)")
     parser.add_argument(
@@ -213,15 +228,13 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
     s = parse(build_parser(), list(argv), PrintConfigSettings.from_args)
     if s.scheduler == "volcano":
         header = _VOLCANO_HEADER + (_VOLCANO_HTTPS if s.url.startswith("https://") else "")
-        doc: object = volcano_tier(
-            s.url, go_duration(1.0 if s.http_timeout is None else s.http_timeout)
-        )
+        doc: object = volcano_tier(s.url, go_duration(s.http_timeout or VOLCANO_HTTP_TIMEOUT))
     else:
         header = _KUBE_HEADER
         doc = kube_scheduler_config(
             s.url,
             weight=s.weight,
-            http_timeout=go_duration(1.0 if s.http_timeout is None else s.http_timeout),
+            http_timeout=go_duration(s.http_timeout or KUBE_SCHEDULER_HTTP_TIMEOUT),
             scheduler_name=s.scheduler_name,
             leader_elect=s.leader_elect,
             lease_namespace=s.lease_namespace,

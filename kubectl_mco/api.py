@@ -24,12 +24,18 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from mco.kubeconfig import load_kubeconfig
 from mco.tlsclient import client_context
 from reporter.schema import CLUSTER_REPORT_NAME, GROUP, PLURAL, VERSION, decode_reports
 
 
 class PluginError(Exception):
     """What the user is told (exit 1): a pod that is not there, a proxy that refuses."""
+
+
+class ConfigError(Exception):
+    """A kubeconfig or context that cannot be used: bad configuration, exit 2 with one line
+    as in every MCO binary."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +57,14 @@ async def connect(kubeconfig: str | None, context: str | None) -> client.ApiClie
     ``--context``; inside a pod without one, its service account."""
     configuration = client.Configuration()
     try:
-        await config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    except (config.ConfigException, FileNotFoundError, OSError) as exc:
+        await load_kubeconfig(configuration, kubeconfig, context)
+    except (config.ConfigException, OSError, ValueError) as exc:
         if kubeconfig is not None or context is not None:
-            raise PluginError(f"cannot load the kubeconfig: {exc}") from None
+            raise ConfigError(f"cannot load the kubeconfig: {exc}") from None
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
-            raise PluginError(f"no kubeconfig and not in a cluster: {exc}") from None
+            raise ConfigError(f"no kubeconfig and not in a cluster: {exc}") from None
     return client.ApiClient(configuration)
 
 

@@ -5,7 +5,8 @@ The extender is asked through the API server's service proxy, or at ``--extender
 report file in this process. ``why`` still reads the pod from the cluster.
 
 Exit codes: 0 done; 1 the cluster said no (a pod that is not there, a proxy refused, no
-report, an extender that does not answer); 2 bad usage.
+report, an extender that does not answer); 2 a bad flag or kubeconfig, with one line on stderr
+as in every MCO binary.
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ import yaml
 from kubernetes_asyncio.config import kube_config
 
 from kubectl_mco import api, render
+from mco.kubeconfig import kubeconfig_paths
+from mco.settings import Parser, fail
+
+PROG = "kubectl-mco"  # the console script; kubectl runs it as `kubectl mco`
 
 NAMESPACE_DEFAULT = "default"
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> Parser:
     """Options accepted before or after the command (``kubectl mco -o json nodes`` and
     ``kubectl mco nodes -o json``); defaults are filled in by `_parser`. A new parser for each
     user: parents share their actions, and ``set_defaults`` would reach every copy."""
     where = api.Extender()
-    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common = Parser(add_help=False, argument_default=argparse.SUPPRESS)
     common.add_argument(
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)"
     )
@@ -87,10 +92,10 @@ def _common() -> argparse.ArgumentParser:
     return common  # fmt: skip
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> Parser:
     where = api.Extender()
-    top = argparse.ArgumentParser(
-        prog="kubectl mco",
+    top = Parser(
+        prog=PROG,
         description="MCO's view of the cluster: node interference, and why a pod went where.",
         parents=[_common()],
     )
@@ -141,9 +146,7 @@ def _namespace(kubeconfig: str | None, context: str | None) -> str:
     """The namespace of the kubeconfig context, as kubectl defaults it."""
     try:
         loader = kube_config.KubeConfigLoader(
-            config_dict=kube_config.KubeConfigMerger(
-                kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
-            ).config,
+            config_dict=kube_config.KubeConfigMerger(kubeconfig_paths(kubeconfig)).config,
             active_context=context,
         )
         current: Any = loader.current_context
@@ -224,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     _check(parser, args)
     try:
         body, table = asyncio.run(_run(args))
+    except api.ConfigError as exc:
+        return fail(PROG, str(exc))
     except api.PluginError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,9 @@ content). One detection model drives the rules, alerts, CRDs and dashboards, so 
 produced here and CI (tests/test_generated.py) fails when a checked-in copy differs. A
 directory that holds a generated file holds only generated files: a file there that no
 generator produces any more (a renamed dashboard, a dropped CRD) is an orphan, which
-``--check`` reports and a plain run removes.
+``--check`` reports and a plain run removes. A hand-written file can hold a generated part
+between markers (the chart README's values table, ``scripts.values_table``): such files are
+checked and rewritten the same way, and say nothing about what else sits beside them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ def all_generated() -> dict[str, str]:
                 raise RuntimeError(f"{path} generated twice (second time by {name})")
             files[path] = content
     return files
+
+
+def all_spliced(root: Path = ROOT) -> dict[str, str]:
+    """Hand-written files with their generated part regenerated (path -> whole content)."""
+    from scripts.values_table import spliced_files
+
+    return spliced_files(root)
 
 
 def generated_dirs(files: dict[str, str]) -> list[str]:
@@ -67,8 +76,9 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a checked-in file drifted")
     args = parser.parse_args(argv)
     files = all_generated()
-    stale = drifted(files, root)
     orphans = orphaned(files, root)
+    files |= all_spliced(root)
+    stale = drifted(files, root)
     if args.check:
         for rel in stale:
             print(f"drift: {rel} differs from a fresh `make generate`", file=sys.stderr)

@@ -7,8 +7,13 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import os
 import re
+import subprocess
+import sys
+import tomllib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -298,3 +303,87 @@ def test_a_tool_refuses_a_bad_duration_before_starting_anything(
         importlib.import_module(module).main([flag, "forever"])
     assert exit_info.value.code == 2
     assert "not a duration like 500ms" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[1]
+_PROM = "--prometheus-url=http://127.0.0.1:1"
+# Per console script: a command line naming a file the binary reads as its configuration;
+# FILE becomes the bad file. (In-process tests above cover the other files and subcommands:
+# these start processes, to see every line a user sees, library warnings included.)
+BAD_FILES: dict[str, list[list[str]]] = {
+    "mco-exporter": [["--web.config.file=FILE"]],
+    "mco-rulegen": [["rollback", "--kubeconfig=FILE"]],
+    "mco-reporter": [[_PROM, "--kubeconfig=FILE"]],
+    "mco-extender": [["--kubeconfig=FILE"]],
+    "kubectl-mco": [["nodes", "--kubeconfig=FILE"]],
+}
+# Per console script: the commands a bad flag follows (each subcommand parses its own).
+BAD_FLAG_AFTER: dict[str, list[list[str]]] = {
+    "mco-exporter": [[]],
+    "mco-rulegen": [["rollback"]],
+    "mco-reporter": [[_PROM]],
+    "mco-extender": [["print-config", "--volcano"]],
+    "kubectl-mco": [["why", "web-1"]],
+}
+
+
+def console_scripts() -> dict[str, str]:
+    """pyproject's [project.scripts]: name -> ``module:function``."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    scripts: dict[str, str] = pyproject["project"]["scripts"]
+    return scripts
+
+
+def run_script(name: str, argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """The console script as its entry point runs it, in a fresh process: all a user sees on
+    stderr, library warnings included. No kubeconfig, no in-cluster service account."""
+    module, function = console_scripts()[name].split(":")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "KUBERNETES_"))}
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT))
+    code = f"import sys; from {module} import {function}; sys.exit({function}())"
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def not_one_line_exit_2(cases: list[tuple[str, list[str]]], home: Path, needle: str) -> list[str]:
+    """Each (script, argv) run at once (each is a process start); what did not exit 2 with
+    exactly one line, ``NAME: error: ...`` naming ``needle``."""
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        results = list(pool.map(lambda case: run_script(case[0], case[1], home), cases))
+    wrong = []
+    for (name, argv), result in zip(cases, results, strict=True):
+        lines = result.stderr.splitlines()
+        if not (
+            result.returncode == 2
+            and len(lines) == 1
+            and lines[0].startswith(f"{name}: error: ")
+            and needle in lines[0]
+        ):
+            wrong.append(f"{name} {' '.join(argv)}: exit {result.returncode}, {result.stderr!r}")
+    return wrong
+
+
+def test_the_tables_cover_every_console_script() -> None:
+    assert set(BAD_FILES) == set(console_scripts()) == set(BAD_FLAG_AFTER)
+
+
+def test_every_console_script_refuses_a_bad_flag_with_exit_2_and_one_line(tmp_path: Path) -> None:
+    cases = [(n, [*a, "--no-such-flag"]) for n, each in BAD_FLAG_AFTER.items() for a in each]
+    assert not_one_line_exit_2(cases, tmp_path, "--no-such-flag") == []
+
+
+@pytest.mark.parametrize("content", [None, "[unclosed"], ids=["missing", "not-yaml"])
+def test_every_console_script_refuses_a_bad_file_with_exit_2_and_one_line(
+    content: str | None, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    if content is not None:
+        bad.write_text(content)
+    cases = [
+        (n, [a.replace("FILE", str(bad)) for a in argv])
+        for n, each in BAD_FILES.items()
+        for argv in each
+    ]
+    assert not_one_line_exit_2(cases, tmp_path, str(bad)) == []

@@ -13,6 +13,8 @@ import yaml
 
 from exporter.registry import specs
 from rulegen import durations
+from scripts import values_table
+from scripts.generate import all_spliced, drifted
 from tests.chart.helm import CHART, SCENARIOS, chart, render, scenario_values
 from tests.chart.test_validate import operator_crds, operator_errors
 
@@ -54,6 +56,70 @@ def test_the_readme_documents_no_value_that_does_not_exist() -> None:
     prefixes = {p.rsplit(".", i)[0] for p in known for i in range(p.count(".") + 1)}
     stale = sorted(k for k in documented() if k not in known | prefixes)
     assert not stale, f"README documents values that do not exist: {stale}"
+
+
+def test_every_value_has_a_description() -> None:
+    """The README's table is generated from values.yaml; a key nobody described is a row with
+    an empty description, which a new user cannot use."""
+    rows = values_table.rows((CHART / "values.yaml").read_text())
+    assert [r.key for r in rows if not r.description] == []
+    assert {r.key for r in rows} >= set(leaves(defaults())) - {
+        p for p in leaves(defaults()) if any(p.startswith(r.key + ".") for r in rows)
+    }
+
+
+SAMPLE = """\
+# @section -- First
+# A plain note: not a description.
+# -- The image.
+image:
+  # -- Where from.
+  registry: ghcr.io
+  tag: ""
+# @section -- Second
+# -- Resources, described as a whole.
+resources:
+  requests:
+    cpu: 100m
+# -- A list | with a pipe.
+peers:
+  - name: a
+    port: 1
+"""
+
+
+def test_the_values_table_is_values_yaml_as_helm_docs_writes_it() -> None:
+    rows = values_table.rows(SAMPLE)
+    assert [(r.section, r.key, r.type, r.default, r.description) for r in rows] == [
+        ("First", "image", "object", '{"registry": "ghcr.io", "tag": ""}', "The image."),
+        ("Second", "resources", "object", '{"requests": {"cpu": "100m"}}',
+         "Resources, described as a whole."),
+        ("Second", "peers", "list", '[{"name": "a", "port": 1}]', "A list | with a pipe."),
+    ]  # fmt: skip
+    undocumented = values_table.rows(SAMPLE.replace("# -- The image.\n", ""))
+    assert [(r.key, r.description) for r in undocumented[:2]] == [
+        ("image.registry", "Where from."),
+        ("image.tag", ""),
+    ]
+    text = values_table.table(SAMPLE)
+    assert "### First" in text and "### Second" in text
+    row = '| `peers` | list | `[{"name": "a", "port": 1}]` | A list \\| with a pipe. |'
+    assert row in text
+
+
+def test_a_changed_default_is_drift_until_regenerated(tmp_path) -> None:
+    (tmp_path / "charts" / "mco").mkdir(parents=True)
+    values = (CHART / "values.yaml").read_text()
+    (tmp_path / values_table.VALUES).write_text(values)
+    (tmp_path / values_table.README).write_text((CHART / "README.md").read_text())
+    assert drifted(all_spliced(tmp_path), tmp_path) == []
+    changed = values.replace("httpTimeout: 4s", "httpTimeout: 9s")
+    (tmp_path / values_table.VALUES).write_text(changed)
+    assert drifted(all_spliced(tmp_path), tmp_path) == [values_table.README]
+    readme = tmp_path / values_table.README
+    readme.write_text(readme.read_text().replace(values_table.BEGIN, ""))
+    with pytest.raises(ValueError, match="markers"):
+        all_spliced(tmp_path)
 
 
 def test_schema_covers_every_default_value() -> None:
