@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -78,7 +79,8 @@ def exact_version(node_modules: Path, version: str) -> str:
 
 def install() -> Path:
     """The npm project's ``node_modules``, installed with ``npm ci`` on first use and kept, keyed
-    by the lock file's hash (a changed lock installs afresh and drops the old install)."""
+    by the hash of ``package.json`` and its lock (a change installs afresh and drops the old
+    install). Raises :class:`RegistryUnreachable` where npm cannot reach its registry."""
     lock = (PROJECT / "package-lock.json").read_bytes()
     key = hashlib.sha256((PROJECT / "package.json").read_bytes() + lock).hexdigest()[:16]
     target = CACHE / key
@@ -95,8 +97,10 @@ def install() -> Path:
         for name in ("package.json", "package-lock.json"):
             shutil.copy(PROJECT / name, staging / name)
         result = subprocess.run(
-            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-retries=1"],
+            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
             cwd=staging,
+            # One retry, not npm's two with up to a minute between: offline, skip soon.
+            env={"npm_config_fetch_retries": "1", **os.environ},
             capture_output=True,
             text=True,
             timeout=600,

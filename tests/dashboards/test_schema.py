@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +221,36 @@ def test_a_panel_type_without_schema_types_is_refused(node_modules: Path, tmp_pa
     board["panels"][0]["type"] = "piechart"
     with pytest.raises(ValueError, match="piechart"):
         grafana_schema.typecheck(node_modules, VERSIONS[-1], {"board": board}, tmp_path)
+
+
+def _install_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock: str) -> None:
+    """install() of the pinned project with ``lock`` as its lock file, a registry that refuses
+    connections, and empty caches (ours and npm's)."""
+    project = tmp_path / "project"
+    project.mkdir(parents=True)
+    shutil.copy(grafana_schema.PROJECT / "package.json", project / "package.json")
+    (project / "package-lock.json").write_text(lock)
+    monkeypatch.setattr(grafana_schema, "PROJECT", project)
+    monkeypatch.setattr(grafana_schema, "CACHE", tmp_path / "cache")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("npm_config_registry", f"http://127.0.0.1:{port}/")
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    grafana_schema.install()
+
+
+def test_no_registry_is_the_one_reason_to_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = (grafana_schema.PROJECT / "package-lock.json").read_text()
+    with pytest.raises(grafana_schema.RegistryUnreachable, match="ECONNREFUSED"):
+        _install_from(tmp_path, monkeypatch, lock)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == []  # nothing half-installed kept
+    # Any other npm failure (here a broken lock file) fails the test instead.
+    with pytest.raises(RuntimeError, match="npm ci failed"):
+        _install_from(tmp_path / "broken", monkeypatch, '{"lockfileVersion": 3, "packages": {')
 
 
 def test_compat_keeps_a_value_that_is_not_the_default() -> None:
