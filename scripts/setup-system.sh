@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real components MCO's tests and local stack run against (Prometheus, promtool,
 # VictoriaMetrics, stress-ng, bcc with kernel headers, load generators, buildah and mmdebstrap
-# for the container image) and prepares the kernel interfaces eBPF needs. Idempotent: a second run changes nothing and takes well under a second.
+# for the container image, Node.js and npm for the dashboards' schema check) and prepares the
+# kernel interfaces eBPF needs. Idempotent: a second run changes nothing and takes well under a
+# second.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,12 @@ packages=(
   shellcheck                # lints scripts/kind-e2e.sh (tests/chart)
   buildah mmdebstrap        # `make image`: the base from Debian packages, the image (tests/image)
 )
+
+# Node.js and npm type-check the dashboards against Grafana's schema (tests/dashboards). Asked
+# for by command, not by package: a Node.js from elsewhere (NodeSource's bundles npm, and
+# Debian's npm package would conflict with it) is used as it is.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then

@@ -27,6 +27,7 @@ with warnings.catch_warnings():
     from grafana_foundation_sdk.models import prometheus as prometheus_models
 
 from rulegen import series
+from rulegen.dashboards import compat
 
 DATASOURCE_VAR: Final = "datasource"
 NODE_VAR: Final = "node"
@@ -396,14 +397,11 @@ def new_dashboard(
 
 
 def render(board: dashboard.Dashboard) -> str:
-    """The dashboard as stable, sorted JSON with panel ids assigned in reading order."""
+    """The dashboard as stable, sorted JSON that every targeted Grafana reads alike
+    (:mod:`rulegen.dashboards.compat`), with panel ids assigned in reading order."""
     built = board.build()
     encoded: dict[str, Any] = json.loads(json.dumps(built, cls=JSONEncoder))
-    for link in encoded.get("links", []):
-        # The SDK always writes `placement: inControlsMenu` (grafana-foundation-sdk#1272). Grafana
-        # 12 draws a `dashboards` link placed there nowhere (grafana#115084), and 11 has no
-        # controls menu: without `placement`, every version draws it above the panels.
-        link.pop("placement", None)
+    compat.portable(encoded)
     for i, panel in enumerate(encoded.get("panels", []), start=1):
         panel["id"] = i
     return json.dumps(encoded, indent=2, sort_keys=True) + "\n"

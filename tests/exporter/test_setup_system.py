@@ -1,4 +1,5 @@
-"""scripts/setup-system.sh finds kernel headers for bcc, never fails without them, is idempotent.
+"""scripts/setup-system.sh finds kernel headers for bcc, never fails without them, is idempotent,
+and asks apt for Node.js and npm only where they are missing.
 
 The running kernel is faked (a ``uname``/``dpkg`` shim first on PATH) so each layout is seen
 on this one machine; the headers tree goes to a temporary MCO_KERNEL_HEADERS_DIR.
@@ -85,3 +86,54 @@ def test_no_headers_anywhere_is_not_a_failure(tmp_path: Path) -> None:
     assert "no kernel headers for mco-test-no-such-kernel" in result.stderr
     assert "fall back to diskstats" in result.stderr
     assert not (tmp_path / "kh").exists()
+
+
+def _apt_get_log(tmp_path: Path, env: dict[str, str]) -> Path:
+    """An apt-get first on ``env``'s PATH that logs its arguments instead of installing."""
+    log = tmp_path / "apt-get.log"
+    shim = Path(env["PATH"].split(":")[0]) / "apt-get"
+    shim.write_text(f'#!/bin/sh\necho "$*" >>{log}\n')
+    shim.chmod(0o755)
+    return log
+
+
+def _path_without(tmp_path: Path, hidden: set[str]) -> str:
+    """This PATH's commands, ``hidden`` left out, as links in one directory."""
+    bin_dir = tmp_path / "visible"
+    bin_dir.mkdir()
+    for directory in reversed(os.environ["PATH"].split(":")):
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.scandir(directory):
+            if entry.name not in hidden:
+                link = bin_dir / entry.name
+                link.unlink(missing_ok=True)
+                link.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+def test_node_and_npm_come_from_apt_only_where_missing(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("setup-system.sh installs only as root or with sudo")
+    env = _fake_host(tmp_path, "mco-test-no-such-kernel", "mco-test-arch")
+    log = _apt_get_log(tmp_path, env)
+    present = _run(env)
+    assert present.returncode == 0, present.stderr
+    asked = log.read_text() if log.exists() else ""
+    assert "nodejs" not in asked and " npm" not in asked  # a Node.js from elsewhere is kept
+
+    shims = env["PATH"].split(":")[0]
+    env["PATH"] = f"{shims}:{_path_without(tmp_path, {'node', 'nodejs', 'npm'})}"
+    missing = _run(env)
+    assert missing.returncode == 0, missing.stderr
+    installs = [line.split() for line in log.read_text().splitlines() if "install" in line]
+    # nodejs only where dpkg does not list it already (as NodeSource's package it may be there).
+    wanted = {"npm"} | ({"nodejs"} if not _dpkg_installed("nodejs") else set())
+    assert any(wanted <= set(args) for args in installs), log.read_text()
+
+
+def _dpkg_installed(package: str) -> bool:
+    status = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True
+    )
+    return "install ok installed" in status.stdout
