@@ -51,12 +51,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.cpu import cpu_seconds
 from bench.rules import GROUP, _self_metrics
 from mco.flags import duration
+from mco.promql import AnswerBudget, PromQLClient, SourceConfig
 from reporter.engine import Reporter, settle_memory
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import AnswerBudget, PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.durations import format_duration

@@ -17,8 +17,8 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, fetch, parse
 from reporter.schema import Violation
 from rulegen import series

@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from mco.promql import PromQLClient
 from reporter.cli import parse_settings
-from reporter.promql import PromQLClient
 from rulegen.cli import ControllerCommand
 from rulegen.cli import parse_settings as rulegen_settings
 from scripts.procs import free_port

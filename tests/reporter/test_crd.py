@@ -13,10 +13,10 @@ import msgspec
 import pytest
 import yaml
 
+from mco.promql import UNREACHABLE, SourceError
 from reporter.crd import CRD_PATH, crd, render_crd
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.layout import whole_objects
-from reporter.promql import UNREACHABLE, SourceError
 from reporter.query import Kind, Plan
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig

@@ -13,13 +13,13 @@ import pytest
 from kmock._internal import enums
 
 from mco.policy import DEFAULT_POLICIES, Policy
+from mco.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.engine import Reporter, report_config
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport, ReportConfig

@@ -8,7 +8,7 @@ import random
 import msgspec
 import pytest
 
-from reporter.promql import Answer, SourceError
+from mco.promql import Answer, SourceError
 from reporter.query import (
     DEFAULT_STALE_AFTER,
     MISSING,

@@ -11,6 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from mco.backoff import Backoff
+from mco.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.engine import Reporter
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import MERGE_PATCH, ReportApi, call
@@ -18,7 +19,6 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi
-from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.taints import TAINT, NodeTainter, TokenBucket

@@ -15,6 +15,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.kubeapi import ReportApi, call
@@ -22,7 +23,6 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.taints import TAINT, NodeTainter

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from mco.promql import TIMEOUT, UNREACHABLE, SourceError
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import TIMEOUT, UNREACHABLE, SourceError
 from reporter.query import Kind, Plan
 from reporter.schema import entry_time, parse_time
 from reporter.tracker import Tracker

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter import query
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import parse_time

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from reporter.promql import SourceConfig
+from mco.promql import SourceConfig
 from rulegen import guard, history
 from rulegen.cli import RollbackCommand, cmd_rollback, main
 from rulegen.controller import GUARD_REJECTED, RuleConfigController

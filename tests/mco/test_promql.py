@@ -23,10 +23,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from mco.logs import LogfmtFormatter
-from reporter import culprits as culprit_lists
-from reporter.cli import parse_settings, run
-from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import (
+from mco.promql import (
     BAD_ANSWER,
     QUERY_FAILED,
     TIMEOUT,
@@ -37,6 +34,9 @@ from reporter.promql import (
     SourceError,
     safe_url,
 )
+from reporter import culprits as culprit_lists
+from reporter.cli import parse_settings, run
+from reporter.entries import EntryBuilder, Epsilon
 from reporter.query import Kind, Plan, TaggedSample, fetch
 from reporter.schema import PodRef
 from reporter.tracker import Tracker
