@@ -3,7 +3,7 @@ against one engine with the whole fleet measured in the same run.
 
 With ``--engine prometheus`` (the default) each shard is a real Prometheus scraping its own
 share of the fleet (a synthetic fleet process per shard serving nodes ``node-<first>..``, every
-node the ``typical`` profile of tests/rulegen/fleet.py) and evaluating the generated rules: what
+node the ``typical`` profile of testkit/fleet.py) and evaluating the generated rules: what
 the Prometheus Operator's ``shards`` (a hashmod share of the exporter targets per shard) gives.
 With ``--engine victoriametrics`` each shard is a vmagent cluster member
 (``-promscrape.cluster.membersCount=M``, ``memberNum=i``; every member is given every target,
@@ -106,7 +106,7 @@ class Layout:
 def serve_share(argv: Sequence[str]) -> int:
     """``python -m bench.shards serve --first F --nodes N --port P [--port P2 ...]``: a share of
     the fleet, as one target per port."""
-    from tests.rulegen.fleet import Fleet, assign, handler
+    from testkit.fleet import Fleet, assign, handler
 
     p = argparse.ArgumentParser(prog="bench.shards serve")
     p.add_argument("--first", type=int, required=True)

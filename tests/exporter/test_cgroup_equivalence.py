@@ -21,7 +21,7 @@ from exporter.collectors.cgroup import DEFAULT_MAX_PODS, MAX_DEPTH, CgroupCollec
 from exporter.errors import NoDataError
 from exporter.paths import Paths
 from exporter.registry import CollectorConfig
-from tests.exporter.cgroup_reference import ReferenceCollector
+from testkit.cgroup_reference import ReferenceCollector
 from tests.exporter.conftest import FIXTURES
 
 TREES = ["cgroup-v2-systemd", "cgroup-v2-cgroupfs", "cgroup-v1-hybrid"]

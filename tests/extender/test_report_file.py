@@ -10,7 +10,7 @@ import pytest
 from extender.app import SOURCE, STORE
 from extender.reports import ReportStore
 from reporter.schema import NodeEntry, decode_reports, encode
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
     entry,

@@ -26,9 +26,9 @@ from reporter.query import Kind, Plan
 from reporter.taints import TAINT
 from rulegen import series
 from scripts.procs import Managed, free_port
+from testkit.answers import quiet_values
+from testkit.fakeprom import fake_prometheus
 from tests.reporter.conftest import validate_object, write_kubeconfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import quiet_values
 from tests.secured_web import assert_secured, hosts, secured_web, wait_served
 
 PLAN = Plan(compact=False)

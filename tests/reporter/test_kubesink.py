@@ -1,5 +1,5 @@
 """The Kubernetes sink against kmock (with resourceVersion semantics and injected faults, see
-kapi.py). Every object left in the API server is validated against the CRD schema, because
+testkit/kapi.py). Every object left in the API server is validated against the CRD schema, because
 kmock itself accepts anything."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport, ReportConfig
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import REPORTS, VersionedKubernetes
 from tests.reporter.conftest import validate_object
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
-from tests.reporter.kapi import REPORTS, VersionedKubernetes
 
 PLAN = Plan(compact=False)
 

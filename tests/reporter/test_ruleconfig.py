@@ -24,9 +24,9 @@ from reporter.metrics import ReporterMetrics
 from reporter.query import Kind, Plan, window
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.model import API_GROUP, API_VERSION, PLURAL, DetectionRuleConfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import quiet_values
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.answers import quiet_values
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import VersionedKubernetes
 
 
 def config_yaml(io_max: float, stale: str = "45s") -> str:

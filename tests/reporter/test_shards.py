@@ -34,8 +34,8 @@ from reporter.shards import merge
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import free_port
-from tests.reporter.fakeprom import FakeProm, fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import FakeProm, fake_prometheus
 
 CONFIG = DetectionRuleConfig.default()
 PLAN = Plan(compact=False)

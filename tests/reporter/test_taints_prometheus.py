@@ -29,7 +29,7 @@ from reporter.taints import TAINT, NodeTainter
 from rulegen import series as S
 from rulegen.model import from_spec
 from scripts.procs import Prometheus, ScrapeTarget, free_port
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.kapi import VersionedKubernetes
 from tests.rulegen.test_hysteresis import violated_rule
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from reporter.query import Kind, Plan
 from reporter.schema import entry_time, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
-from tests.reporter.helpers import T0, quiet_values, snapshot
+from testkit.answers import T0, quiet_values, snapshot
 
 CONFIG = DetectionRuleConfig.default()
 PLAN = Plan(compact=False)

@@ -29,7 +29,7 @@ from reporter.schema import parse_time
 from rulegen import series
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import Prometheus, VictoriaMetrics, wait_until
-from tests.reporter.helpers import answers, quiet_values
+from testkit.answers import answers, quiet_values
 
 pytestmark = pytest.mark.slow
 STALE_AFTER = float(DetectionRuleConfig.default().report.stale_after)

@@ -27,12 +27,11 @@ from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object
 from rulegen.rollback import RollbackError, rollback
 from scripts.procs import Prometheus, free_port
+from testkit.kapi import DRC, Cluster
 from tests.rulegen.crd_validation import api_server_errors
 from tests.rulegen.test_controller import (
-    DRC,
     DRC_PATH,
     SETTINGS,
-    Cluster,
     condition,
     drc,
     eventually,

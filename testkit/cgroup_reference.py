@@ -1,5 +1,5 @@
 """The cgroup collector as it was before it was made cheaper (issue 14), kept verbatim as the
-reference the fast one must match series for series (test_cgroup_equivalence.py).
+reference the fast one must match series for series (tests/exporter/test_cgroup_equivalence.py).
 
 Per-pod stall, memory-limit and I/O signals from the kubelet's pod cgroups.
 
