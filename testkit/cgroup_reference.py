@@ -1,31 +1,36 @@
-"""The cgroup collector as it was before it was made cheaper (issue 14), kept verbatim as the
-reference the fast one must match series for series (tests/exporter/test_cgroup_equivalence.py).
+"""The cgroup collector's listing and reading as they were before issue 14 made them cheaper:
+the reference the fast ones must match series for series (tests/exporter/
+test_cgroup_equivalence.py), and the "before" of bench/cgroup_pods.py.
 
-Per-pod stall, memory-limit and I/O signals from the kubelet's pod cgroups.
-
-Node PSI counts a stall in any cgroup, including a pod reclaiming inside its own memory limit
-or throttled by its own I/O limit; the per-pod series let the rules tell such a pod (it hit its
-own limit) from a victim of its neighbours. One set of series per pod cgroup: the pod-level
-files already hold its containers (hierarchical), except v1's local-only limit-hit counters,
-which are summed over the pod's subtree here.
-
-Layouts: cgroup v2 (``<cgroupfs>/cgroup.controllers`` exists), or v1 controllers under
-``<cgroupfs>/{memory,blkio,cpu}`` with PSI from a v2 hierarchy at ``<cgroupfs>/unified`` when
-there is one (hybrid). Pod cgroups are found under ``kubepods.slice`` (systemd driver) or
-``kubepods`` (cgroupfs driver), below the kubelet's ``--cgroup-root``.
+Only what issue 14 changed is kept here (listing pods, walking a pod's subtree, reading its
+files); what it left alone (the layout, the series families, the collector's scrape loop) is
+today's, imported from ``exporter.collectors.cgroup``. Equal expositions on the recorded trees
+are also pinned by each tree's ``expected.prom`` (tests/exporter/test_cgroup.py).
 """
 
 from __future__ import annotations
 
-import errno
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from types import FunctionType
+from typing import Any
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
-
-from exporter.errors import NoDataError, ParseError
+from exporter.collectors import cgroup
+from exporter.collectors.cgroup import (
+    _BLKIO_LIMITS,
+    _PGSTEAL,
+    MAX_DEPTH,
+    MEMORY_EVENTS,
+    PSI_RESOURCES,
+    CgroupCollector,
+    Layout,
+    Limits,
+    PodCgroup,
+    PodSamples,
+    _kubepods,
+    _nested,
+    _read,
+)
 from exporter.parsers.cgroup import (
     IO_OPERATIONS,
     QOS_CLASSES,
@@ -40,70 +45,6 @@ from exporter.parsers.cgroup import (
 )
 from exporter.parsers.fields import uint
 from exporter.parsers.pressure import parse_pressure
-from exporter.paths import read_text
-from exporter.registry import CollectorConfig, FileCollector
-
-if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
-PSI_RESOURCES = ("cpu", "io", "memory")
-MEMORY_EVENTS = ("max", "high", "oom_kill")
-SKIP_REASONS = ("vanished", "unreadable", "malformed", "max_pods")
-DEFAULT_MAX_PODS = 250  # Kubernetes allows 110 pods per node by default
-# Cgroup levels read below a pod: the kubelet makes one (its containers); a container that
-# nests its own (systemd inside) gets a few more. Bounds a scrape on a hostile tree.
-MAX_DEPTH = 4
-V1_ENUMERATE = ("memory", "blkio", "cpu")  # v1 controllers pods are listed from, in order
-# A file that is not there: its controller or PSI is off for this cgroup, not a failure.
-_ABSENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOTSUP)
-_PGSTEAL = frozenset({"pgsteal"})
-_BLKIO_LIMITS = (
-    ("bytes", "read", "blkio.throttle.read_bps_device"),
-    ("bytes", "write", "blkio.throttle.write_bps_device"),
-    ("operations", "read", "blkio.throttle.read_iops_device"),
-    ("operations", "write", "blkio.throttle.write_iops_device"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PodCgroup:
-    uid: str
-    qos: str
-    rel: str  # the pod cgroup's path below a hierarchy's root; the same in every hierarchy
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where one scrape reads: v2 (one hierarchy) or v1 controllers (+ hybrid PSI)."""
-
-    version: int
-    listed_from: str  # the hierarchy root pods are listed from
-    unified: str | None  # PSI (and on v2, everything)
-    memory: str | None = None  # v1 controllers
-    blkio: str | None = None
-
-
-@dataclass(slots=True)
-class PodSamples:
-    """One pod's values, kept apart until the whole pod has been read (or skipped)."""
-
-    stalled: list[tuple[str, str, float]] = field(default_factory=list)  # resource, kind, s
-    events: dict[str, int] = field(default_factory=dict)
-    usage: int | None = None
-    limit: int | None = None
-    reclaimed: int | None = None
-    io: dict[str, dict[str, int]] = field(default_factory=dict)  # bytes|operations -> op -> n
-    io_limits: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def _read(path: str) -> str | None:
-    """The file's text, or None when the cgroup does not have it (controller or PSI off)."""
-    try:
-        return read_text(path)
-    except OSError as exc:
-        if exc.errno in _ABSENT:
-            return None
-        raise
 
 
 def _entries(directory: str) -> list[str]:
@@ -111,48 +52,6 @@ def _entries(directory: str) -> list[str]:
         return sorted(os.listdir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return []
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def _cgroup_root(text: str) -> str:
-    if not text.startswith("/") or ".." in text.split("/"):
-        raise ValueError("must be an absolute cgroup path without '..'")
-    return text
-
-
-def find_layout(cgroupfs: str, cgroup_root: str) -> Layout | None:
-    """The hierarchies of this host, or None when none holds a kubepods cgroup."""
-    below = cgroup_root.strip("/")
-    if os.path.isfile(os.path.join(cgroupfs, "cgroup.controllers")):
-        return Layout(2, cgroupfs, cgroupfs) if _kubepods(cgroupfs, below) else None
-    unified = os.path.join(cgroupfs, "unified")
-    has_unified = os.path.isfile(os.path.join(unified, "cgroup.controllers"))
-    controllers = {c: os.path.join(cgroupfs, c) for c in V1_ENUMERATE}
-    listed_from = next((p for p in controllers.values() if _kubepods(p, below)), None)
-    if listed_from is None:
-        return None
-    return Layout(
-        1,
-        listed_from,
-        unified if has_unified else None,
-        memory=controllers["memory"] if os.path.isdir(controllers["memory"]) else None,
-        blkio=controllers["blkio"] if os.path.isdir(controllers["blkio"]) else None,
-    )
-
-
-def _kubepods(hierarchy: str, below: str) -> str | None:
-    """The kubepods cgroup's path below the hierarchy root (systemd driver first)."""
-    for name in ("kubepods.slice", "kubepods"):
-        rel = os.path.join(below, name) if below else name
-        if os.path.isdir(os.path.join(hierarchy, rel)):
-            return rel
-    return None
 
 
 def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
@@ -220,9 +119,6 @@ def _read_v2(base: str, out: PodSamples) -> None:
     out.io_limits = _nested(_effective_limits(base, _io_max, hierarchical=True))
 
 
-Limits = dict[tuple[str, str], int]  # (bytes|operations, read|write) -> per second
-
-
 def _io_max(directory: str) -> Limits:
     text = _read(os.path.join(directory, "io.max"))
     if text is None:
@@ -274,13 +170,6 @@ def _subdirectories(directory: str) -> list[str]:
         return []
 
 
-def _nested(limits: Limits) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for (what, op), value in limits.items():
-        out.setdefault(what, {})[op] = value
-    return out
-
-
 def _read_v1_memory(base: str, out: PodSamples) -> None:
     if (text := _read(os.path.join(base, "memory.usage_in_bytes"))) is None:
         return  # no memory cgroup for this pod
@@ -296,7 +185,7 @@ def _read_v1_memory(base: str, out: PodSamples) -> None:
             out.events["max"] += uint(text.strip(), "memory.failcnt")
         if (text := _read(os.path.join(directory, "memory.oom_control"))) is not None:
             oom_control = parse_flat_keyed(text, "memory.oom_control")
-            out.events["oom_kill"] += oom_control.get("oom_kill", 0)  # 4.13+
+            out.events["oom_kill"] += oom_control.get("oom_kill", 0)
 
 
 def _read_v1_blkio(base: str, out: PodSamples) -> None:
@@ -318,143 +207,13 @@ def _read_v1_blkio(base: str, out: PodSamples) -> None:
     out.io_limits = _nested(_effective_limits(base, _blkio_limits, hierarchical=False))
 
 
-class ReferenceCollector(FileCollector):
+def _with_old_reading(update: Any) -> Any:
+    """Today's ``update`` calling this module's ``list_pods`` and ``read_pod``."""
+    names = vars(cgroup) | {"list_pods": list_pods, "read_pod": read_pod}
+    return FunctionType(update.__code__, names, update.__name__)
+
+
+class ReferenceCollector(CgroupCollector):
     """The collector as it was before issue 14's speed-up (its options are read the same way)."""
 
-    def __init__(self, config: CollectorConfig) -> None:
-        self._cgroupfs = config.paths.cgroupfs
-        self._max_pods = _positive_int(config.option("max-pods"))
-        self._below = _cgroup_root(config.option("cgroup-root")).strip("/")
-        # Counters across scrapes: the one thing kept between them.
-        self._skipped = dict.fromkeys(SKIP_REASONS, 0)
-
-    def update(self) -> list[Metric]:
-        pods_gauge = GaugeMetricFamily(
-            "mco_cgroup_pods", "Pod cgroups whose series this scrape reported."
-        )
-        layout = find_layout(self._cgroupfs, "/" + self._below)
-        if layout is None:
-            pods_gauge.add_metric([], 0.0)
-            raise NoDataError(
-                f"no kubepods cgroup under {self._cgroupfs} (not a Kubernetes node, or "
-                "--collector.cgroup.cgroup-root differs from the kubelet's --cgroup-root)",
-                metrics=[pods_gauge, self._skipped_family()],
-            )
-        pods = list_pods(layout.listed_from, self._below)
-        self._skipped["max_pods"] += max(0, len(pods) - self._max_pods)
-        families = _Families()
-        reported = 0
-        for pod in pods[: self._max_pods]:
-            reason = None
-            try:
-                samples = read_pod(layout, pod)
-            except OSError:
-                reason = "unreadable"
-            except ParseError:
-                reason = "malformed"
-            # A pod deleted while it was read: its files went first, then its directory.
-            if not os.path.isdir(os.path.join(layout.listed_from, pod.rel)):
-                reason = "vanished"
-            if reason is not None:
-                self._skipped[reason] += 1
-                continue
-            families.add(pod, samples)
-            reported += 1
-        pods_gauge.add_metric([], float(reported))
-        return [*families, pods_gauge, self._skipped_family()]
-
-    def _skipped_family(self) -> CounterMetricFamily:
-        skipped = CounterMetricFamily(
-            "mco_cgroup_pods_skipped",
-            "Pod cgroups left out of a scrape: vanished (deleted while read), unreadable, "
-            "malformed (a file of unexpected shape), max_pods (over --collector.cgroup.max-pods).",
-            labels=["reason"],
-        )
-        for reason, count in self._skipped.items():
-            skipped.add_metric([reason], float(count))
-        return skipped
-
-
-class _Families:
-    """The per-pod metric families of one scrape."""
-
-    def __init__(self) -> None:
-        pod = ["pod_uid", "qos"]
-        self.stalled = CounterMetricFamily(
-            "mco_pod_pressure_stalled_seconds",
-            "Seconds some (or all, kind=full) of the pod's non-idle tasks were stalled on the "
-            "resource (the pod cgroup's PSI).",
-            labels=[*pod, "resource", "kind"],
-        )
-        self.events = CounterMetricFamily(
-            "mco_pod_memory_events",
-            "Times the pod (or a container in it) hit its memory limit (max; v1 memory.failcnt), "
-            "went over memory.high (high), or had a process OOM-killed (oom_kill).",
-            labels=[*pod, "event"],
-        )
-        self.usage = GaugeMetricFamily(
-            "mco_pod_memory_usage_bytes",
-            "Memory charged to the pod cgroup, in bytes (page cache included).",
-            labels=pod,
-        )
-        self.limit = GaugeMetricFamily(
-            "mco_pod_memory_limit_bytes",
-            "The pod cgroup's memory limit in bytes; absent when unlimited.",
-            labels=pod,
-        )
-        self.reclaimed = CounterMetricFamily(
-            "mco_pod_memory_reclaimed_pages",
-            "Pages reclaimed from the pod cgroup, by any reclaimer (v2 memory.stat pgsteal; "
-            "absent on cgroup v1).",
-            labels=pod,
-        )
-        self.io = {
-            "bytes": CounterMetricFamily(
-                "mco_pod_io_bytes",
-                "Bytes the pod's block I/O transferred, summed over devices.",
-                labels=[*pod, "operation"],
-            ),
-            "operations": CounterMetricFamily(
-                "mco_pod_io_operations",
-                "Block I/O operations the pod completed, summed over devices.",
-                labels=[*pod, "operation"],
-            ),
-        }
-        self.io_limits = {
-            "bytes": GaugeMetricFamily(
-                "mco_pod_io_limit_bytes_per_second",
-                "The pod cgroup's own I/O limit in bytes per second, summed over the devices "
-                "that have one (io.max, v1 blkio.throttle); absent when none has.",
-                labels=[*pod, "operation"],
-            ),
-            "operations": GaugeMetricFamily(
-                "mco_pod_io_limit_operations_per_second",
-                "The pod cgroup's own I/O limit in operations per second, summed over the "
-                "devices that have one; absent when none has.",
-                labels=[*pod, "operation"],
-            ),
-        }
-
-    def add(self, pod: PodCgroup, s: PodSamples) -> None:
-        labels = [pod.uid, pod.qos]
-        for resource, kind, seconds in s.stalled:
-            self.stalled.add_metric([*labels, resource, kind], seconds)
-        for event, count in s.events.items():
-            self.events.add_metric([*labels, event], float(count))
-        if s.usage is not None:
-            self.usage.add_metric(labels, float(s.usage))
-        if s.limit is not None:
-            self.limit.add_metric(labels, float(s.limit))
-        if s.reclaimed is not None:
-            self.reclaimed.add_metric(labels, float(s.reclaimed))
-        for what, by_op in s.io.items():
-            for op, value in by_op.items():
-                self.io[what].add_metric([*labels, op], float(value))
-        for what, by_op in s.io_limits.items():
-            for op, value in by_op.items():
-                self.io_limits[what].add_metric([*labels, op], float(value))
-
-    def __iter__(self) -> Iterator[Metric]:
-        yield from (self.stalled, self.events, self.usage, self.limit, self.reclaimed)
-        yield from self.io.values()
-        yield from self.io_limits.values()
+    update = _with_old_reading(CgroupCollector.update)

@@ -1,6 +1,6 @@
-"""The cheaper cgroup collector (issue 14) against the one it replaced, kept verbatim in
-``cgroup_reference.py``: the same exposition, byte for byte (series, values, order, and the
-skipped counters), on the recorded trees and on random trees with absent, malformed and
+"""The cheaper cgroup collector (issue 14) against the one it replaced (its listing and reading
+kept in testkit/cgroup_reference.py): the same exposition, byte for byte (series, values, order,
+and the skipped counters), on the recorded trees and on random trees with absent, malformed and
 hostile files, over several scrapes."""
 
 from __future__ import annotations
