@@ -27,13 +27,12 @@ from exporter.collectors.cgroup import (
     Limits,
     PodCgroup,
     PodSamples,
-    _kubepods,
     _nested,
     _read,
+    qos_parents,
 )
 from exporter.parsers.cgroup import (
     IO_OPERATIONS,
-    QOS_CLASSES,
     parse_blkio_limits,
     parse_blkio_stat,
     parse_flat_keyed,
@@ -55,16 +54,9 @@ def _entries(directory: str) -> list[str]:
 
 
 def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
-    """Every pod cgroup under kubepods, in path order; guaranteed pods sit in kubepods itself."""
-    top = _kubepods(hierarchy, below)
-    if top is None:
-        return []
-    systemd = top.endswith(".slice")
-    parents = [(top, "guaranteed")]
-    for qos in QOS_CLASSES[1:]:
-        parents.append((os.path.join(top, f"kubepods-{qos}.slice" if systemd else qos), qos))
+    """Today's ``list_pods`` before issue 14: paths, no listing."""
     pods: list[PodCgroup] = []
-    for parent, qos in parents:
+    for parent, qos in qos_parents(hierarchy, below):
         for name in _entries(os.path.join(hierarchy, parent)):
             pod = parse_pod_dir(name, qos)
             if pod is not None and os.path.isdir(os.path.join(hierarchy, parent, name)):
@@ -73,8 +65,7 @@ def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
 
 
 def _subtree(directory: str) -> list[str]:
-    """The cgroup and the cgroups below it, at most ``MAX_DEPTH`` levels down (one removed
-    during the walk is left out)."""
+    """Today's ``_subtree`` before issue 14: paths, no listing."""
     found = [directory]
     level = [directory]
     for _ in range(MAX_DEPTH):
@@ -84,7 +75,7 @@ def _subtree(directory: str) -> list[str]:
 
 
 def read_pod(layout: Layout, pod: PodCgroup) -> PodSamples:
-    """Every value of one pod. Raises OSError (unreadable) or ParseError (malformed)."""
+    """Today's ``read_pod`` before issue 14: paths, no listing."""
     out = PodSamples()
     if layout.unified is not None:
         base = os.path.join(layout.unified, pod.rel)
@@ -142,14 +133,7 @@ def _blkio_limits(directory: str) -> Limits:
 def _effective_limits(
     directory: str, own: Callable[[str], Limits], *, hierarchical: bool, depth: int = 0
 ) -> Limits:
-    """The I/O limits the processes of a cgroup subtree are held to, summed over devices.
-
-    The containers are child cgroups: the subtree is limited by their limits together when
-    every one has one. A v2 limit (``io.max``) applies to the whole subtree below it, so the
-    tighter of that and the children's; a v1 one (blk-throttle outside the default hierarchy)
-    only to the cgroup's own processes, so a pod cgroup's own limit binds nothing once it has
-    containers.
-    """
+    """Today's ``_effective_limits`` before issue 14: paths, no listing."""
     children = _subdirectories(directory) if depth < MAX_DEPTH else []
     mine = own(directory) if hierarchical or not children else {}
     if not children:
