@@ -107,7 +107,7 @@ def cpu_per_scrape(
 def against_reference(paths: Paths, options: dict[str, str], scrapes: int) -> tuple[float, float]:
     """(CPU seconds per scrape of the collector before issue 14, of today's), alternated in
     rounds so that a change in the machine's load falls on both alike."""
-    from tests.exporter.cgroup_reference import ReferenceCollector  # the pre-issue-14 copy
+    from testkit.cgroup_reference import ReferenceCollector  # the pre-issue-14 copy
 
     config = CollectorConfig(
         paths,

@@ -24,7 +24,7 @@ import requests
 from mco.flags import duration
 from scripts.local_stack import LocalStack, Ports, StackSettings
 from scripts.procs import wait_until
-from tests.extender.bodies import kube_args
+from testkit.bodies import kube_args
 
 TRIGGERED = 'node:mco_detection_triggered:bool{{node="{node}",detection="io_congestion"}}'
 

@@ -43,7 +43,7 @@ from reporter.schema import (
 )
 from reporter.schema import encode as encode_report
 from scripts.procs import Managed, free_port
-from tests.extender import bodies
+from testkit import bodies
 
 PREDICATE_NODE = "bench-node-0001"
 PREDICATE_TASKS = 21  # -> a ~220 KB NodeInfo, as Volcano sends per (task, node) pair

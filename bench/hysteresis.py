@@ -7,7 +7,7 @@ on the machine, stated in the output), then under `stress-ng --hdd 2` (I/O load)
 phase and constraint it counts the changes, evaluation by evaluation, of:
 
 - ``seed``: the seed's rule for memory (``psi_memory_full > 0``, no hold), for the memory row;
-- ``seed held``: the same held as the rules hold (tests/rulegen/reference.py ``held``, on the
+- ``seed held``: the same held as the rules hold (testkit/rule_reference.py ``held``, on the
   seed's values second by second): what the hold alone does at the seed's limit;
 - ``exceeded``: ``node:mco_hard_constraint_exceeded:bool``, the raw comparison (new limits);
 - ``violated``: ``node:mco_hard_constraint_violated:bool``, the held one the extender filters on.
@@ -37,7 +37,7 @@ from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port, running, wait_until
 from scripts.stress import StressUnavailableError, io_stress, memory_cgroup, memory_stress
-from tests.rulegen.reference import held
+from testkit.rule_reference import held
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = "local"

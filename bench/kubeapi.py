@@ -1,5 +1,5 @@
 """The Kubernetes API stand-in of the tests (kmock with resourceVersion semantics and
-server-side apply: tests/reporter/kapi.py, tests/rulegen/test_controller.py) as a process, for
+server-side apply: testkit/kapi.py) as a process, for
 benchmarks that run MCO's controllers against an API.
 
 ``python -m bench.kubeapi --kubeconfig FILE`` serves on a free port and writes a kubeconfig that
@@ -22,8 +22,7 @@ import kmock
 import yaml
 
 from rulegen.model import API_GROUP, API_VERSION, DEFAULT_NAME, KIND, PLURAL
-from tests.reporter.kapi import REPORTS
-from tests.rulegen.test_controller import DRC, LEASES, RULES, Cluster
+from testkit.kapi import DRC, LEASES, REPORTS, RULES, Cluster
 
 KEPT_REQUESTS = 256
 CONFIG_PATH = f"/apis/{API_GROUP}/{API_VERSION}/{PLURAL}"

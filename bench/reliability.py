@@ -28,7 +28,6 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +39,9 @@ from bench.extender import write_report
 from mco.selfmetrics import EXPORTER_COLLECTOR_SUCCESS
 from reporter.query import Plan
 from scripts.procs import Managed, free_port, wait_until
-from tests.extender import bodies
-from tests.reporter.fakeprom import FakeProm
-from tests.reporter.helpers import quiet_values
-from tests.reporter.test_memory import Hostile, _bomb
+from testkit import bodies
+from testkit.answers import quiet_values
+from testkit.fakeprom import FakeProm, Hostile, gzip_bomb
 
 MIB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,15 +204,9 @@ def extender_slowloris(run: Run) -> Outcome:
     )
 
 
-def _gzip_zeros(inflated: int) -> bytes:
-    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    zeros = b"\0" * MIB
-    return b"".join([*(z.compress(zeros) for _ in range(inflated // MIB)), z.flush()])
-
-
 def extender_gzip_bomb(run: Run) -> Outcome:
     inflated = run.scale(1024, 256) * MIB
-    bomb = _gzip_zeros(inflated)
+    bomb = gzip_bomb(inflated, level=9)
     with extender(run, "gzip") as (proc, url):
         predicate_ok(url)
         before = rss(proc.pid)
@@ -445,7 +437,7 @@ def reporter_hostile_answers(run: Run) -> Outcome:
     out = run.workdir / "answers" / "report.json"
     out.parent.mkdir()
     app, hostile = fake_prometheus(50)
-    hostile.bomb = _bomb(run.scale(512, 128) * MIB)
+    hostile.bomb = gzip_bomb(run.scale(512, 128) * MIB)
     with serve_in_thread(app) as url:
         for attack in attacks:
             hostile.attack = ""

@@ -46,6 +46,7 @@ import msgspec
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter.engine import Reporter, settle_memory
 from reporter.entries import Epsilon
 from reporter.kubeapi import ReportApi
@@ -53,7 +54,6 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser, whole_objects
 from reporter.metrics import ReporterMetrics
 from reporter.patch import apply_merge_patch
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from rulegen import series

@@ -1,6 +1,6 @@
 """Rule-evaluation time of the generated rules in a real Prometheus, at fleet scale.
 
-A synthetic fleet (tests/rulegen/fleet.py, every node the ``typical`` profile: PSI, LLC, an
+A synthetic fleet (testkit/fleet.py, every node the ``typical`` profile: PSI, LLC, an
 eBPF histogram of one device, its reads and writes summed as the exporter serves it by default,
 diskstats, meminfo, vmstat, steal, run queue) is scraped
 every second; Prometheus evaluates the default rules every second. The histogram has the
@@ -270,7 +270,7 @@ def measure(
         [
             sys.executable,
             "-m",
-            "tests.rulegen.fleet",
+            "testkit.fleet",
             f"--port={port}",
             f"--nodes={nodes}",
             "--profiles=typical",

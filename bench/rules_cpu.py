@@ -3,7 +3,7 @@
 On a shared machine, a live Prometheus' wall clock and even its CPU per evaluation vary by
 tens of percent from run to run (scraping, GC and compaction interleave with the rules, and
 missed evaluations change how much history each read walks). ``promtool test rules``
-evaluates the same rule group over the same synthetic fleet (tests/rulegen/fleet.py, the
+evaluates the same rule group over the same synthetic fleet (testkit/fleet.py, the
 ``typical`` profile and the exporter's default latency buckets) once per second of a fixed
 history, in one process that does nothing else: its CPU time is the same work every time. A
 run with only the node-set rule is subtracted (loading the input series), and the rest is
@@ -31,7 +31,7 @@ from mco.flags import duration
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from rulegen.series import NODE_INFO, NODE_SET
-from tests.rulegen.fleet import Fleet, assign, node_names
+from testkit.fleet import Fleet, assign, node_names
 
 # The input series load and the node set, with nothing else: subtracted from every run.
 EMPTY_GROUP = {

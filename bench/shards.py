@@ -3,7 +3,7 @@ against one engine with the whole fleet measured in the same run.
 
 With ``--engine prometheus`` (the default) each shard is a real Prometheus scraping its own
 share of the fleet (a synthetic fleet process per shard serving nodes ``node-<first>..``, every
-node the ``typical`` profile of tests/rulegen/fleet.py) and evaluating the generated rules: what
+node the ``typical`` profile of testkit/fleet.py) and evaluating the generated rules: what
 the Prometheus Operator's ``shards`` (a hashmod share of the exporter targets per shard) gives.
 With ``--engine victoriametrics`` each shard is a vmagent cluster member
 (``-promscrape.cluster.membersCount=M``, ``memberNum=i``; every member is given every target,
@@ -51,12 +51,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.cpu import cpu_seconds
 from bench.rules import GROUP, _self_metrics
 from mco.flags import duration
+from mco.promql import AnswerBudget, PromQLClient, SourceConfig
 from reporter.engine import Reporter, settle_memory
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import AnswerBudget, PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.durations import format_duration
@@ -106,7 +106,7 @@ class Layout:
 def serve_share(argv: Sequence[str]) -> int:
     """``python -m bench.shards serve --first F --nodes N --port P [--port P2 ...]``: a share of
     the fleet, as one target per port."""
-    from tests.rulegen.fleet import Fleet, assign, handler
+    from testkit.fleet import Fleet, assign, handler
 
     p = argparse.ArgumentParser(prog="bench.shards serve")
     p.add_argument("--first", type=int, required=True)

@@ -51,13 +51,13 @@ from rulegen.model import DEFAULT_NAME
 from scripts.local_stack import LocalStack, Ports, StackSettings
 from scripts.procs import Managed, ScrapeTarget, free_port, wait_until
 from scripts.stress import StressUnavailableError
-from tests.extender import bodies
+from testkit import bodies
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / ".cache" / "soak"
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
-# The fleet's profiles (tests/rulegen/fleet.py): calm, busy and interfered nodes, pods.
+# The fleet's profiles (testkit/fleet.py): calm, busy and interfered nodes, pods.
 FLEET_PROFILES: Final = "typical,idle,busy,hot,pods"
 # After an outage ends the nodes must be fresh again within a window of samples and a margin.
 RECOVERY: Final = 180.0
@@ -230,7 +230,7 @@ class Soak:
             [
                 sys.executable,
                 "-m",
-                "tests.rulegen.fleet",
+                "testkit.fleet",
                 f"--port={fleet_port}",
                 f"--nodes={settings.nodes}",
                 f"--profiles={FLEET_PROFILES}",

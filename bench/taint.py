@@ -48,7 +48,7 @@ from reporter.schema import (
 )
 from reporter.schema import encode as encode_report
 from scripts.procs import Managed, free_port
-from tests.extender import bodies
+from testkit import bodies
 
 PREDICATE_TASKS = 21  # running tasks in each NodeInfo: ~220 KB, as Volcano sends per pair
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -28,7 +28,7 @@ from reporter.schema import (
     ReportStatus,
 )
 from reporter.schema import encode as encode_report
-from tests.extender import bodies
+from testkit import bodies
 
 VOLCANO_CONCURRENCY = 16  # PredicateNodes' workqueue.ParallelizeUntil(ctx, 16, ...)
 GO_IDLE_CONNECTIONS = 2  # Go's default transport keeps 2 idle connections per host

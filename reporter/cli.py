@@ -23,7 +23,14 @@ from mco.flags import duration, size
 from mco.kubeconfig import api_client as kube_client
 from mco.leader import LeaseElector, add_leader_flags, run_while_leading
 from mco.logs import add_log_flags
+from mco.promql import (
+    AnswerBudget,
+    PromQLClient,
+    mmap_large_buffers,
+    safe_url,
+)
 from mco.settings import Parser, add_web_flags, fail, parse, start_logging
+from mco.source_flags import add_source_flags
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
@@ -32,17 +39,10 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.nodeapi import NodeApi
-from reporter.promql import (
-    AnswerBudget,
-    PromQLClient,
-    mmap_large_buffers,
-    safe_url,
-)
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
-from reporter.source_flags import add_source_flags
 from reporter.taints import NodeTainter
 from rulegen.model import ConfigError
 

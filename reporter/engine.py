@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from mco.promql import PromQLClient, SourceError
 from reporter import culprits
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.metrics import ReporterMetrics
-from reporter.promql import PromQLClient, SourceError
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import ReportConfig

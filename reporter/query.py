@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Final, Literal, cast
 
 import msgspec
 
+from mco.promql import BAD_ANSWER, PromQLClient, SourceError
 from reporter import culprits as culprit_lists
 from reporter.fields import FIELDS, Kind, Per, Query, Tolerance
-from reporter.promql import BAD_ANSWER, PromQLClient, SourceError
 from rulegen import series
 from rulegen.catalog import CATALOG, Catalog
 from rulegen.model import DetectionRuleConfig

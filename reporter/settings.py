@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from mco.promql import SourceConfig
 from mco.settings import (
     LeaderSettings,
     LogSettings,
@@ -13,10 +14,9 @@ from mco.settings import (
     log_settings,
     web_settings,
 )
+from mco.source_flags import source_configs
 from mco.webconfig import WebSettings
 from reporter.layout import DEFAULT_MAX_BYTES, LayoutMode
-from reporter.promql import SourceConfig
-from reporter.source_flags import source_configs
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reporter.promql import PromQLClient, SourceError
+from mco.promql import PromQLClient, SourceError
 from reporter.query import MISSING, Plan, Snapshot, fetch
 from reporter.schema import MAX_CLOCK_SKEW
 

@@ -30,9 +30,9 @@ from typing import Final, Literal
 
 import msgspec
 
+from mco.promql import SourceError
 from reporter import culprits as culprit_lists
 from reporter.entries import EntryBuilder
-from reporter.promql import SourceError
 from reporter.query import MISSING, Snapshot
 from reporter.schema import (
     MAX_CLOCK_SKEW,

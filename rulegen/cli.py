@@ -26,6 +26,7 @@ from mco.kubeconfig import api_client
 from mco.latency_buckets import parse_bounds
 from mco.leader import LeaseElector, add_leader_flags
 from mco.logs import add_log_flags
+from mco.promql import PromQLClient, SourceConfig, SourceError
 from mco.settings import (
     LeaderSettings,
     LogSettings,
@@ -39,9 +40,8 @@ from mco.settings import (
     start_logging,
     web_settings,
 )
+from mco.source_flags import add_source_flags, source_config
 from mco.webconfig import WebSettings
-from reporter.promql import PromQLClient, SourceConfig, SourceError
-from reporter.source_flags import add_source_flags, source_config
 from rulegen import guard, history, recommend
 from rulegen.controller import ControllerMetrics, ControllerSettings, RuleConfigController
 from rulegen.durations import format_duration

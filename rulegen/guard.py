@@ -23,7 +23,7 @@ from typing import Final
 
 import msgspec
 
-from reporter.promql import PromQLClient, SourceConfig, SourceError
+from mco.promql import PromQLClient, SourceConfig, SourceError
 from rulegen import series
 from rulegen.catalog import CATALOG, Catalog
 from rulegen.model import DetectionRuleConfig

@@ -30,7 +30,7 @@ from typing import Final
 import msgspec
 
 from mco import selfmetrics
-from reporter.promql import PromQLClient
+from mco.promql import PromQLClient
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig, Threshold, from_spec

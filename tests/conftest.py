@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from kubernetes_asyncio import client
 
-from tests.reporter.kapi import VersionedKubernetes, versioned_kubernetes
+from testkit.kapi import VersionedKubernetes, versioned_kubernetes
 
 
 @pytest_asyncio.fixture

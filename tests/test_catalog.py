@@ -17,8 +17,8 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import MISSING, Kind, LooseSample, Plan, TaggedSample, fetch, parse
 from reporter.schema import Violation
 from rulegen import series
@@ -28,8 +28,8 @@ from rulegen.dashboards import node_detail, overview
 from rulegen.model import ConfigError, DetectionRuleConfig, default_spec, from_spec
 from rulegen.render import render_rules
 from scripts.procs import free_port
+from testkit.answers import T0, answers, decode, ok, slot_of
 from tests.dashboards.boards import data_targets, drawn_steps, recorded_thresholds
-from tests.reporter.helpers import T0, answers, decode, ok, slot_of
 from tests.rulegen.crd_validation import api_server_errors
 from tests.rulegen.test_promtool import assert_clean_check, promtool
 

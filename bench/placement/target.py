@@ -1,6 +1,6 @@
 """A scrape target whose nodes' signals change as pods come and go.
 
-The series are built with the synthetic fleet's helpers (scripts/fleet_series.py: the exporter's
+The series are built with the synthetic fleet's helpers (testkit/fleet_series.py: the exporter's
 own metric names and labels, one ``node`` label per series), but each node's rates can change:
 a counter keeps its value when its slope changes, so ``rate()`` over a window that spans the
 change is what a real exporter's counter would give.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.placement.model import NODE_CPU, Signals
-from scripts.fleet_series import Series, common, disk, memory, psi, series
+from testkit.fleet_series import Series, common, disk, memory, psi, series
 
 DISK_REQUESTS = 200.0  # completed requests/s of the simulated data disk
 LLC_REFERENCES = 1e9  # LLC references/s

@@ -14,7 +14,7 @@ import msgspec
 
 from bench.placement.model import NODE_CPU, NODE_MEMORY
 from bench.placement.trace import PodSpec
-from tests.extender import bodies
+from testkit import bodies
 
 Json = dict[str, Any]
 

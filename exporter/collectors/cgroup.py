@@ -198,8 +198,9 @@ def _kubepods(hierarchy: str, below: str) -> str | None:
 _pod_dir = functools.lru_cache(maxsize=1024)(parse_pod_dir)
 
 
-def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
-    """Every pod cgroup under kubepods, in path order; guaranteed pods sit in kubepods itself."""
+def qos_parents(hierarchy: str, below: str) -> list[tuple[str, str]]:
+    """The cgroups pods sit in, with their QoS class: kubepods itself (guaranteed) and its
+    burstable and besteffort children; none without kubepods."""
     top = _kubepods(hierarchy, below)
     if top is None:
         return []
@@ -207,8 +208,13 @@ def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
     parents = [(top, "guaranteed")]
     for qos in QOS_CLASSES[1:]:
         parents.append((os.path.join(top, f"kubepods-{qos}.slice" if systemd else qos), qos))
+    return parents
+
+
+def list_pods(hierarchy: str, below: str) -> list[PodCgroup]:
+    """Every pod cgroup under kubepods, in path order; guaranteed pods sit in kubepods itself."""
     pods: list[PodCgroup] = []
-    for parent, qos in parents:
+    for parent, qos in qos_parents(hierarchy, below):
         for entry in _sorted_entries(os.path.join(hierarchy, parent)):
             pod = _pod_dir(entry.name, qos)
             if pod is not None and entry.is_dir():  # follows a symlink, as isdir does

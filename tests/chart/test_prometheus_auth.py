@@ -18,13 +18,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from mco.promql import PromQLClient
 from reporter.cli import parse_settings
-from reporter.promql import PromQLClient
 from rulegen.cli import ControllerCommand
 from rulegen.cli import parse_settings as rulegen_settings
 from scripts.procs import free_port
+from testkit.answers import T0, ok
 from tests.chart.helm import chart, render
-from tests.reporter.helpers import T0, ok
 
 MOUNT = "/etc/mco/prometheus"
 # What the cluster holds: the chart only ever sees the names, the test plays the kubelet.

@@ -29,9 +29,9 @@ import requests
 import yaml
 
 from scripts.procs import Managed, Prometheus, free_port, running, wait_until
+from testkit import bodies
 from tests.chart.helm import ROOT, merge, render, scenario_values
 from tests.chart.operator import scrape_config
-from tests.extender import bodies
 
 FIXTURES = ROOT / "tests" / "fixtures"
 RULES = ROOT / "charts" / "mco" / "files" / "mco-rules.yaml"
@@ -117,7 +117,7 @@ class KubeEmulator:
 
     def start(self) -> None:
         # Its server-side-apply emulation, and the resources the controller reads and writes.
-        from tests.rulegen.test_controller import DRC, LEASES, RULES, Cluster
+        from testkit.kapi import DRC, LEASES, RULES, Cluster
 
         obj = render(scenario_values("full")).one("DetectionRuleConfig")
         obj["metadata"]["generation"] = 1

@@ -13,8 +13,8 @@ import requests
 from scripts.local_stack import LocalStack
 from scripts.procs import wait_until
 from scripts.stress import PodLoad, StressUnavailableError
+from testkit.bodies import kube_args
 from tests.e2e.conftest import short_stale_config
-from tests.extender.bodies import kube_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

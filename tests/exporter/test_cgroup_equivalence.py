@@ -1,6 +1,6 @@
-"""The cheaper cgroup collector (issue 14) against the one it replaced, kept verbatim in
-``cgroup_reference.py``: the same exposition, byte for byte (series, values, order, and the
-skipped counters), on the recorded trees and on random trees with absent, malformed and
+"""The cheaper cgroup collector (issue 14) against the one it replaced (its listing and reading
+kept in testkit/cgroup_reference.py): the same exposition, byte for byte (series, values, order,
+and the skipped counters), on the recorded trees and on random trees with absent, malformed and
 hostile files, over several scrapes."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from exporter.collectors.cgroup import DEFAULT_MAX_PODS, MAX_DEPTH, CgroupCollec
 from exporter.errors import NoDataError
 from exporter.paths import Paths
 from exporter.registry import CollectorConfig
-from tests.exporter.cgroup_reference import ReferenceCollector
+from testkit.cgroup_reference import ReferenceCollector
 from tests.exporter.conftest import FIXTURES
 
 TREES = ["cgroup-v2-systemd", "cgroup-v2-cgroupfs", "cgroup-v1-hybrid"]

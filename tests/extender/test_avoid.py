@@ -23,7 +23,7 @@ from extender.residents import Residents
 from mco.labelselector import LabelSelector
 from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy, parse_policies, to_spec
 from reporter.schema import ReportConfig
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, wait_for, write_reports
 from tests.extender.test_pod_watch import PODS, URL, pod, watch_config
 

@@ -17,7 +17,7 @@ import yaml
 from extender import print_config
 from extender.cli import build_parser, main, parse_settings
 from scripts.procs import Managed, free_port, wait_until
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, metric, write_reports
 from tests.extender.kube_scheduler_v1 import problems
 from tests.secured_web import PASSWORD, USER, assert_secured, hosts, secured_web, wait_served

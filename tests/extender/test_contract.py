@@ -13,7 +13,7 @@ from aiohttp import ClientSession
 
 from extender.config import ExtenderConfig, SourceConfig, VerdictConfig
 from reporter.schema import Violation
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, file_config, metric, write_reports
 
 JSON = {"Content-Type": "application/json"}

@@ -15,7 +15,7 @@ from extender.config import VerdictConfig
 from extender.decisions import MERGE_SECONDS, Decisions, Note
 from extender.verdict import PodFacts, Verdict, pod_facts
 from reporter.schema import Violation
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, file_config, wait_for, write_reports
 
 JSON = {"Content-Type": "application/json"}

@@ -21,7 +21,7 @@ from mco.policy import Policy
 from reporter.engine import report_config
 from reporter.schema import DetectionState, NodeEntry, Violation
 from rulegen.model import DetectionRuleConfig, from_spec
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, file_config, rfc3339, write_reports
 
 JSON = {"Content-Type": "application/json"}

@@ -20,7 +20,7 @@ import requests
 from extender.app import BUDGET
 from extender.config import ExtenderConfig, SourceConfig
 from scripts.procs import Managed, free_port, wait_until
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, write_reports
 
 JSON = {"Content-Type": "application/json"}

@@ -10,7 +10,7 @@ import time
 import msgspec
 import pytest
 
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
     entry,

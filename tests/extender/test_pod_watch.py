@@ -14,7 +14,7 @@ import pytest
 from extender.app import RESERVATIONS
 from extender.config import ExtenderConfig, ReservationConfig, SourceConfig
 from extender.reservation import POD_WATCH
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import entry, metric, rfc3339, wait_for, write_reports
 from tests.extender.test_reservation import with_policies
 

@@ -19,7 +19,7 @@ from extender.verdict import NodeFacts, NodeTerms, PodFacts, Reason, decide, wei
 from mco.labelselector import LabelSelector, Requirement
 from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy
 from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig, Violation
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
     entry,

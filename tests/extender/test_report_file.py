@@ -17,7 +17,7 @@ from reporter.schema import (
     decode_reports,
     encode,
 )
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
     entry,

@@ -25,7 +25,7 @@ from extender.reservation import (
 from mco.labelselector import LabelSelector
 from mco.policy import WORKLOAD_CLASS_LABEL, Policy
 from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, metric, wait_for, write_reports
 
 SPAN = 15.0

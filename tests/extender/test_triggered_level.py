@@ -19,7 +19,7 @@ from extender.config import ExtenderConfig, SourceConfig
 from mco.labelselector import LabelSelector
 from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy
 from reporter.schema import DetectionState, ReportConfig
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import cluster_report, entry, write_reports
 
 ONLINE = {WORKLOAD_CLASS_LABEL: "online"}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from extender import volcano
 from extender.config import VerdictConfig
 from extender.wire import BadRequest
-from tests.extender import bodies
+from testkit import bodies
 
 CONFIG = VerdictConfig()
 

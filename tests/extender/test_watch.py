@@ -18,7 +18,7 @@ from extender.config import ExtenderConfig, SourceConfig
 from mco.labelselector import LabelSelector
 from mco.policy import Policy
 from reporter.schema import ReportConfig, encode
-from tests.extender import bodies
+from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
     entry,

@@ -18,9 +18,9 @@ import yaml
 from rulegen.model import DetectionRuleConfig
 from rulegen.render import render_rules
 from scripts.procs import Managed, Prometheus, ScrapeTarget, free_port
+from testkit import bodies
 from tests.chart.helm import ROOT, merge, render, scenario_values
 from tests.exporter.conftest import samples_of
-from tests.extender import bodies
 from tests.image.conftest import NODE, pod_of
 from tests.image.pod import PodRun, Sandbox, sandbox
 

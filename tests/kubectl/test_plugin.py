@@ -21,9 +21,9 @@ import yaml
 
 from reporter.schema import Violation, encode
 from scripts.procs import Managed, free_port
-from tests.extender import bodies
+from testkit import bodies
+from testkit.kapi import REPORTS, ServiceProxy, VersionedKubernetes, service_proxy
 from tests.extender.conftest import cluster_report, entry, write_reports
-from tests.reporter.kapi import REPORTS, ServiceProxy, VersionedKubernetes, service_proxy
 from tests.secured_web import PASSWORD, USER, secured_web, wait_served
 
 pytestmark = pytest.mark.slow

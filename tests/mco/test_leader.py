@@ -1,5 +1,5 @@
 """Lease-based leader election (mco.leader) against kmock, with resourceVersion conflicts (see
-tests/reporter/kapi.py), and ``run_while_leading``.
+testkit/kapi.py), and ``run_while_leading``.
 
 No test sleeps and then checks a wall-clock bound: the election's timing is driven on fake
 clocks, one per replica (the algorithm reads only its own monotonic clock), and everything
@@ -25,7 +25,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from mco.leader import LeaseElector, run_while_leading
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.kapi import VersionedKubernetes
 
 DURATION, DEADLINE, RETRY = 2.0, 1.2, 0.2
 WAIT = 10.0

@@ -26,9 +26,9 @@ from reporter.query import Kind, Plan
 from reporter.taints import TAINT
 from rulegen import series
 from scripts.procs import Managed, free_port
+from testkit.answers import quiet_values
+from testkit.fakeprom import fake_prometheus
 from tests.reporter.conftest import validate_object, write_kubeconfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import quiet_values
 from tests.secured_web import assert_secured, hosts, secured_web, wait_served
 
 PLAN = Plan(compact=False)
@@ -297,13 +297,13 @@ async def test_the_heartbeat_gauge_moves_only_when_the_report_was_written(
     """mco_reporter_last_sync_timestamp_seconds feeds MCOReportStale: a cycle whose query
     worked but whose write failed (or was skipped while backing off) must not move it, else
     the alert stays silent while every reader sees an old report."""
+    from mco.promql import PromQLClient, SourceConfig
     from reporter.entries import Epsilon
     from reporter.filesink import FileSink
     from reporter.kubeapi import ReportApi
     from reporter.kubesink import KubeSink
     from reporter.layout import LayoutChooser
     from reporter.metrics import ReporterMetrics
-    from reporter.promql import PromQLClient, SourceConfig
     from reporter.ruleconfig import RuleConfigSource
     from reporter.sink import Sink
 

@@ -13,16 +13,16 @@ import msgspec
 import pytest
 import yaml
 
+from mco.promql import UNREACHABLE, SourceError
 from reporter.crd import CRD_PATH, crd, render_crd
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.layout import whole_objects
-from reporter.promql import UNREACHABLE, SourceError
 from reporter.query import Kind, Plan
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.generate import ROOT
+from testkit.answers import T0, quiet_values, snapshot
 from tests.reporter.conftest import crd_schema, validate_object
-from tests.reporter.helpers import T0, quiet_values, snapshot
 
 
 def test_checked_in_crd_is_the_generated_one_and_valid_for_kubernetes() -> None:

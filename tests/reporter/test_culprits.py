@@ -19,7 +19,7 @@ from reporter.shards import merge
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig, load_config
 from rulegen.render import render_rules
-from tests.reporter.helpers import T0, quiet_values, snapshot
+from testkit.answers import T0, quiet_values, snapshot
 from tests.rulegen.test_promtool import SUITES, TEST_CONFIG, promtool
 
 MiB = 1 << 20

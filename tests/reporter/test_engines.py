@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from mco.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import NodeEntry, entry_time, parse_time

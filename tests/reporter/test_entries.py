@@ -11,7 +11,7 @@ from reporter.entries import EntryBuilder, Epsilon
 from reporter.query import MISSING, Kind, Plan
 from reporter.schema import Violation
 from rulegen.model import DetectionRuleConfig
-from tests.reporter.helpers import T0, quiet_values, slot_of, vector
+from testkit.answers import T0, quiet_values, slot_of, vector
 
 CONFIG = DetectionRuleConfig.default()
 

@@ -24,9 +24,9 @@ from reporter.schema import decode_reports, entry_time, heartbeat_of, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.generate import ROOT
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import fake_prometheus
 from tests.reporter.conftest import validate_object
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
 
 PLAN = Plan(compact=False)
 

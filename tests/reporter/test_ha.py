@@ -21,10 +21,10 @@ import requests
 from reporter.query import Plan
 from reporter.schema import parse_time
 from scripts.procs import free_port
+from testkit.answers import quiet_values
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import REPORTS
 from tests.reporter.conftest import validate_object, write_kubeconfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import quiet_values
-from tests.reporter.kapi import REPORTS
 
 LEASE = [
     "--leader-elect-lease-duration=3s",

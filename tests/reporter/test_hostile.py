@@ -20,9 +20,9 @@ from reporter.query import Kind, Plan
 from reporter.schema import MAX_CLOCK_SKEW, NodeEntry, format_time, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import fake_prometheus
 from tests.reporter.conftest import validate_object
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
 
 CONFIG = DetectionRuleConfig.default()
 PLAN = Plan(compact=False)

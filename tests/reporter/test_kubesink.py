@@ -1,5 +1,5 @@
 """The Kubernetes sink against kmock (with resourceVersion semantics and injected faults, see
-kapi.py). Every object left in the API server is validated against the CRD schema, because
+testkit/kapi.py). Every object left in the API server is validated against the CRD schema, because
 kmock itself accepts anything."""
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ import pytest
 from kmock._internal import enums
 
 from mco.policy import DEFAULT_POLICIES, Policy
+from mco.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.engine import Reporter, report_config
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import ReportApi
 from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import LAYOUT_LABEL, NodeInterferenceReport, ReportConfig
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import REPORTS, VersionedKubernetes
 from tests.reporter.conftest import validate_object
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
-from tests.reporter.kapi import REPORTS, VersionedKubernetes
 
 PLAN = Plan(compact=False)
 

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,47 +21,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reporter.query import Plan
 from scripts.generate import ROOT
 from scripts.procs import free_port
-from tests.reporter.fakeprom import FakeProm
-from tests.reporter.helpers import quiet_values
+from testkit.fakeprom import Hostile, gzip_bomb
 
 CHART_LIMIT = 256 << 20  # charts/mco/values.yaml: reporter.resources.limits.memory
 BUDGET = 48 << 20  # the --prometheus-max-answer-bytes default
 MIB = 1 << 20
-
-
-def _bomb(inflated: int) -> bytes:
-    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    zeros = b"\0" * MIB
-    return b"".join([*(z.compress(zeros) for _ in range(inflated // MIB)), z.flush()])
-
-
-class Hostile:
-    """A PromQL endpoint that answers like Prometheus until ``attack`` is set."""
-
-    def __init__(self) -> None:
-        self.prom = FakeProm()
-        self.prom.nodes = {f"n{i}": quiet_values(Plan(compact=False)) for i in range(50)}
-        self.attack = ""
-        self.bomb = b""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        if self.attack == "gzip-bomb":  # 512 MiB of zeros in ~2 MiB
-            return web.Response(body=self.bomb, headers={"Content-Encoding": "gzip"})
-        if self.attack == "200MB":  # chunked, no length: nothing to refuse up front
-            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-            resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            spaces = b" " * MIB
-            with contextlib.suppress(ConnectionError):
-                await resp.write(b'{"status":"success","data":{"resultType":"vector","result":[')
-                for _ in range(200):
-                    await resp.write(spaces)
-                await resp.write(b"]}}")
-            return resp
-        return await self.prom.handle(request)
 
 
 @asynccontextmanager
@@ -112,7 +77,7 @@ async def test_hostile_answers_keep_the_reporter_under_the_chart_limit(
     log = tmp_path / "reporter.log"
     async with hostile_prometheus() as (hostile, url):
         if attack == "gzip-bomb":
-            hostile.bomb = await asyncio.to_thread(_bomb, 512 * MIB)
+            hostile.bomb = await asyncio.to_thread(gzip_bomb, 512 * MIB)
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -8,7 +8,7 @@ import random
 import msgspec
 import pytest
 
-from reporter.promql import Answer, SourceError
+from mco.promql import Answer, SourceError
 from reporter.query import (
     DEFAULT_STALE_AFTER,
     MISSING,
@@ -22,7 +22,7 @@ from reporter.query import (
     window,
 )
 from rulegen import series
-from tests.reporter.helpers import T0, answers, decode, ok, quiet_values, slot_of
+from testkit.answers import T0, answers, decode, ok, quiet_values, slot_of
 
 
 def test_three_queries_cover_every_value_the_report_needs() -> None:

@@ -14,19 +14,19 @@ from typing import Any
 import kmock
 import yaml
 
+from mco.promql import PromQLClient, SourceConfig
 from mco.watch import WatchSettings
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Kind, Plan, window
 from reporter.ruleconfig import RuleConfigSource
 from rulegen.model import API_GROUP, API_VERSION, PLURAL, DetectionRuleConfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import quiet_values
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.answers import quiet_values
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import VersionedKubernetes
 
 
 def config_yaml(io_max: float, stale: str = "45s") -> str:

@@ -23,12 +23,12 @@ from aiohttp.test_utils import TestServer
 from extender.config import VerdictConfig
 from extender.reports import ReportStore
 from extender.verdict import is_stale
+from mco.promql import PromQLClient, SourceConfig
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import decode_reports

@@ -14,12 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reporter.engine import Reporter
-from reporter.entries import EntryBuilder, Epsilon
-from reporter.filesink import FileSink
-from reporter.layout import LayoutChooser
-from reporter.metrics import ReporterMetrics
-from reporter.promql import (
+from mco.promql import (
     TIMEOUT,
     UNREACHABLE,
     AnswerBudget,
@@ -27,6 +22,11 @@ from reporter.promql import (
     SourceConfig,
     SourceError,
 )
+from reporter.engine import Reporter
+from reporter.entries import EntryBuilder, Epsilon
+from reporter.filesink import FileSink
+from reporter.layout import LayoutChooser
+from reporter.metrics import ReporterMetrics
 from reporter.query import MISSING, Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import entry_time, parse_time
@@ -34,8 +34,8 @@ from reporter.shards import merge
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import free_port
-from tests.reporter.fakeprom import FakeProm, fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import FakeProm, fake_prometheus
 
 CONFIG = DetectionRuleConfig.default()
 PLAN = Plan(compact=False)

@@ -1,6 +1,6 @@
 """The taint mode (``reporter.taints``) against the Kubernetes-API stand-in (kmock with
-resourceVersion semantics and injected faults, kapi.py): Nodes are created through the API and
-every check reads them back from it."""
+resourceVersion semantics and injected faults, testkit/kapi.py): Nodes are created through the
+API and every check reads them back from it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from mco.backoff import Backoff
+from mco.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.engine import Reporter
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.kubeapi import MERGE_PATCH, ReportApi, call
@@ -18,15 +19,14 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi
-from reporter.promql import UNREACHABLE, PromQLClient, SourceConfig, SourceError
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.taints import TAINT, NodeTainter, TokenBucket
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
-from tests.reporter.fakeprom import fake_prometheus
-from tests.reporter.helpers import T0, quiet_values, snapshot
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.answers import T0, quiet_values, snapshot
+from testkit.fakeprom import fake_prometheus
+from testkit.kapi import VersionedKubernetes
 
 PLAN = Plan(compact=False)
 NODES = kmock.resource("", "v1", "nodes")

@@ -15,6 +15,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.kubeapi import ReportApi, call
@@ -22,14 +23,13 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.taints import TAINT, NodeTainter
 from rulegen import series as S
 from rulegen.model import from_spec
 from scripts.procs import Prometheus, ScrapeTarget, free_port
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.kapi import VersionedKubernetes
 from tests.rulegen.test_hysteresis import violated_rule
 
 pytestmark = pytest.mark.slow

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
+from mco.promql import TIMEOUT, UNREACHABLE, SourceError
 from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import TIMEOUT, UNREACHABLE, SourceError
 from reporter.query import Kind, Plan
 from reporter.schema import entry_time, parse_time
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
-from tests.reporter.helpers import T0, quiet_values, snapshot
+from testkit.answers import T0, quiet_values, snapshot
 
 CONFIG = DetectionRuleConfig.default()
 PLAN = Plan(compact=False)

@@ -34,9 +34,9 @@ from scripts.procs import (
     running,
     wait_until,
 )
+from testkit.fleet import PROFILES, Fleet, assign, handler, node_names
 from tests.chart.test_reporter_all_shards import Heartbeat
 from tests.reporter.test_shard_faults import judged
-from tests.rulegen.fleet import PROFILES, Fleet, assign, handler, node_names
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

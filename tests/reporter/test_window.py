@@ -16,20 +16,20 @@ from pathlib import Path
 import pytest
 import requests
 
+from mco.promql import PromQLClient, SourceConfig
 from reporter import query
 from reporter.engine import Reporter
 from reporter.entries import Epsilon
 from reporter.filesink import FileSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
-from reporter.promql import PromQLClient, SourceConfig
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.schema import parse_time
 from rulegen import series
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import Prometheus, VictoriaMetrics, wait_until
-from tests.reporter.helpers import answers, quiet_values
+from testkit.answers import answers, quiet_values
 
 pytestmark = pytest.mark.slow
 STALE_AFTER = float(DetectionRuleConfig.default().report.stale_after)

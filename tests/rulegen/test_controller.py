@@ -22,7 +22,6 @@ from typing import Any
 
 import aiohttp
 import aiohttp.test_utils
-import attrs
 import kmock
 import pytest
 import trustme
@@ -36,57 +35,12 @@ from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object
 from rulegen.render import render_prometheusrule
 from scripts.procs import free_port
-from tests.reporter.kapi import VersionedKubernetes
+from testkit.kapi import DRC, LEASES, RULES, Cluster
 from tests.rulegen.crd_validation import api_server_errors
 
 ROOT = Path(__file__).resolve().parents[2]
-DRC = kmock.resource("mco.io", "v1alpha1", "detectionruleconfigs")
-RULES = kmock.resource("monitoring.coreos.com", "v1", "prometheusrules")
-LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 DRC_PATH = "/apis/mco.io/v1alpha1/detectionruleconfigs"
 RULE_PATH = "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheusrules/mco-rules"
-
-
-@attrs.define(kw_only=True)
-class Cluster(VersionedKubernetes):
-    failing: set[str] = attrs.field(factory=set)  # path fragments answered 503 (not GETs)
-    applies: list[dict[str, Any]] = attrs.field(factory=list)  # every apply PATCH seen
-
-    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        # The Python clients send watch=True; kube-apiserver parses bools with
-        # strconv.ParseBool, kmock only recognises "true".
-        if raw.query.get("watch") == "True":
-            raw = raw.clone(rel_url=raw.rel_url.update_query(watch="true"))
-        return await super().__call__(raw)
-
-    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        if request.method != "GET" and any(f in request.url.path for f in self.failing):
-            return aiohttp.web.json_response(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "code": 503,
-                    "reason": "ServiceUnavailable",
-                    "message": "injected",
-                },
-                status=503,
-            )
-        content_type = request.headers.get("Content-Type", "")
-        if request.method == "PATCH" and content_type == "application/apply-patch+yaml":
-            self.applies.append(
-                {"path": request.url.path, "params": dict(request.params), "body": request.data}
-            )
-            assert request.resource is not None and request.name is not None
-            key = (request.resource, request.namespace, request.name)
-            async with self._lock:
-                if key not in self._objects or self._objects[key].deleted:
-                    self._objects[key] = request.data
-                    raw = self._objects[key].raw
-                    await self._buses[request.resource].put({"type": "ADDED", "object": raw})
-                    return aiohttp.web.json_response(raw, status=201)
-        response: aiohttp.web.StreamResponse = await super()._handle(request)
-        return response
 
 
 class QuickShutdownServer(aiohttp.test_utils.RawTestServer):

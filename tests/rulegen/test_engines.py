@@ -1,10 +1,10 @@
 """The generated rules in real PromQL engines, checked against the model in plain Python.
 
 - A real Prometheus scrapes the real mco-exporter (under real I/O load) and evaluates the rules;
-  the values it recorded at an evaluation time agree with tests/rulegen/reference.py computed
+  the values it recorded at an evaluation time agree with testkit/rule_reference.py computed
   from the raw samples Prometheus held for that window: block latency from diskstats, and
   (where eBPF loads) from the real biolatency histogram under direct writes.
-- A synthetic fleet (tests/rulegen/fleet.py, one node per profile, every branch of the model),
+- A synthetic fleet (testkit/fleet.py, one node per profile, every branch of the model),
   a static target and a target that is down are scraped by Prometheus and by VictoriaMetrics;
   vmalert evaluates the same rule file, both groups, against VictoriaMetrics. Both engines'
   recorded series equal the model's, series for series, and both fire the alerts the model
@@ -49,8 +49,8 @@ from scripts.procs import (
     running,
     wait_until,
 )
-from tests.rulegen import fleet as F
-from tests.rulegen.reference import (
+from testkit import fleet as F
+from testkit.rule_reference import (
     RECORDED_NAMES,
     Obs,
     evaluate,
@@ -345,7 +345,7 @@ def fleet_target(tmp_path_factory) -> Iterator[ScrapeTarget]:
         [
             sys.executable,
             "-m",
-            "tests.rulegen.fleet",
+            "testkit.fleet",
             f"--port={port}",
             f"--nodes={len(F.PROFILES)}",
             # The latency buckets an exporter deployed for this config exports.

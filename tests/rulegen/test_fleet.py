@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from exporter.collectors.biolatency import DEFAULT_BUCKETS
-from tests.rulegen import fleet as F
+from testkit import fleet as F
 
 START_MS = 1_700_000_000_000
 

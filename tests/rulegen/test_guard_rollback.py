@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from reporter.promql import SourceConfig
+from mco.promql import SourceConfig
 from rulegen import guard, history
 from rulegen.catalog import CATALOG, Signal
 from rulegen.cli import RollbackCommand, cmd_rollback, main
@@ -28,12 +28,11 @@ from rulegen.crd import crd
 from rulegen.model import DetectionRuleConfig, config_from_object, from_spec
 from rulegen.rollback import RollbackError, rollback
 from scripts.procs import Prometheus, free_port
+from testkit.kapi import DRC, Cluster
 from tests.rulegen.crd_validation import api_server_errors
 from tests.rulegen.test_controller import (
-    DRC,
     DRC_PATH,
     SETTINGS,
-    Cluster,
     condition,
     drc,
     eventually,

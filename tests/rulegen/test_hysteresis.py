@@ -1,5 +1,5 @@
 """Hysteresis of the hard constraints in promtool: the generated violated rule, fed exceeded
-sample by sample, against the plain-Python definition (tests/rulegen/reference.py ``held``)
+sample by sample, against the plain-Python definition (testkit/rule_reference.py ``held``)
 at every evaluation, and against the behaviour the issue asks for, stated by hand: a blip
 never filters, a sustained excess filters after holdFor, a node is admitted again only after
 clearAfter, and flapping keeps a held node held.
@@ -19,8 +19,8 @@ import yaml
 from rulegen import series as S
 from rulegen.model import DetectionRuleConfig, from_spec
 from rulegen.render import render_rules
+from testkit.rule_reference import held
 from tests.promtool import assert_promtool_passes
-from tests.rulegen.reference import held
 
 END = 140  # seconds of input; every evaluation from 0 to END is checked
 CONSTRAINT = "psi_io_some"

@@ -26,7 +26,7 @@ from rulegen.latency import HISTOGRAM_SIGNALS, buckets_flag, needed_bounds
 from rulegen.model import DetectionRuleConfig, from_spec
 from rulegen.render import render_rules
 from scripts.local_stack import LocalStack, StackSettings
-from tests.rulegen import reference as R
+from testkit import rule_reference as R
 from tests.rulegen.test_promtool import promtool
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,16 +29,13 @@ from mco.leader import LeaseElector
 from rulegen.controller import ControllerMetrics, RuleConfigController
 from rulegen.model import config_from_object
 from scripts.procs import free_port
+from testkit.kapi import DRC, LEASES, RULES, Cluster
 from tests.rulegen.test_controller import (
     BETTER,
-    DRC,
     DRC_PATH,
     GOOD,
-    LEASES,
     RULE_PATH,
-    RULES,
     SETTINGS,
-    Cluster,
     drc,
     eventually,
     expected_rule,

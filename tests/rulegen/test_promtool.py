@@ -15,6 +15,7 @@ from rulegen.catalog import CATALOG
 from rulegen.generate import RULES_PATH
 from rulegen.model import DetectionRuleConfig, from_spec, load_config
 from rulegen.render import render_prometheusrule, render_rules
+from tests.docs.markdown import anchor
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = Path(__file__).with_name("promtool")
@@ -125,15 +126,9 @@ def test_suite_catches_a_changed_model(tmp_path, change):
     assert "FAILED" in result.stdout + result.stderr
 
 
-def _anchor(heading: str) -> str:
-    """GitHub's anchor of a Markdown heading (lower case, spaces to dashes, punctuation gone)."""
-    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
-    return kept.replace(" ", "-")
-
-
 def test_every_alert_links_to_its_own_runbook_section():
     runbook = (ROOT / "docs" / "runbook.md").read_text()
-    anchors = {_anchor(line.lstrip("#")) for line in runbook.splitlines() if line.startswith("## ")}
+    anchors = {anchor(line.lstrip("#")) for line in runbook.splitlines() if line.startswith("## ")}
     config = DetectionRuleConfig.default()
     alerts = [
         rule
@@ -145,9 +140,9 @@ def test_every_alert_links_to_its_own_runbook_section():
     for rule in alerts:
         url = rule["annotations"]["runbook_url"]
         assert url.startswith(config.alerts.runbook_url + "#"), url
-        anchor = url.partition("#")[2]
-        assert anchor == rule["alert"].lower(), url
-        assert anchor in anchors, f"{rule['alert']}: no '## {rule['alert']}' in docs/runbook.md"
+        target = url.partition("#")[2]
+        assert target == rule["alert"].lower(), url
+        assert target in anchors, f"{rule['alert']}: no '## {rule['alert']}' in docs/runbook.md"
 
 
 def test_rules_from_the_longest_durations_pass_promtool_check(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reporter.promql import PromQLClient, SourceConfig
+from mco.promql import PromQLClient, SourceConfig
 from rulegen import recommend
 from rulegen.catalog import CATALOG
 from rulegen.cli import main

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import gzip
 import json
 import logging
@@ -23,10 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from mco.logs import LogfmtFormatter
-from reporter import culprits as culprit_lists
-from reporter.cli import parse_settings, run
-from reporter.entries import EntryBuilder, Epsilon
-from reporter.promql import (
+from mco.promql import (
     BAD_ANSWER,
     QUERY_FAILED,
     TIMEOUT,
@@ -37,12 +33,16 @@ from reporter.promql import (
     SourceError,
     safe_url,
 )
+from reporter import culprits as culprit_lists
+from reporter.cli import parse_settings, run
+from reporter.entries import EntryBuilder, Epsilon
 from reporter.query import Kind, Plan, TaggedSample, fetch
 from reporter.schema import PodRef
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.procs import free_port
-from tests.reporter.helpers import T0, answers, ok, quiet_values, slot_of
+from testkit.answers import T0, answers, ok, quiet_values, slot_of
+from testkit.fakeprom import gzip_bomb
 
 Handler = Callable[[web.Request], Any]
 
@@ -430,15 +430,6 @@ async def test_a_credential_across_the_excerpt_cut_leaves_no_prefix(server, tmp_
 BUDGET = 1 << 20  # a small --prometheus-max-answer-bytes, so the tests move little data
 
 
-@functools.cache
-def _bomb(inflated: int) -> bytes:
-    """A gzip stream of ``inflated`` zero bytes (a thousandth of that on the wire)."""
-    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunk = b"\0" * (1 << 20)
-    parts = [z.compress(chunk) for _ in range(inflated >> 20)]
-    return b"".join([*parts, z.flush()])
-
-
 def _answer_of(size: int) -> bytes:
     """A valid answer of about ``size`` bytes (one sample and padding whitespace)."""
     head = json.dumps(ok([{"metric": {"node": "n1"}, "value": [T0, "0.25"]}])).encode()
@@ -467,7 +458,7 @@ async def test_answers_over_the_budget_are_refused_and_the_budget_comes_back(
     answer over --prometheus-max-answer-bytes is refused with its own kind and a message that
     names the flag; nothing stays counted, and the next answer is read normally."""
     big = b" " * (3 * BUDGET)
-    bomb = _bomb(16 * BUDGET) if "bomb" in shape else b""
+    bomb = gzip_bomb(16 * BUDGET) if "bomb" in shape else b""
     calls = 0
 
     async def handler(request: web.Request) -> web.StreamResponse:

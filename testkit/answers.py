@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from reporter.promql import Answer
+from mco.promql import Answer
 from reporter.query import (
     MISSING,
     InfoSample,

@@ -1,10 +1,11 @@
-"""kmock's Kubernetes emulator with the two things the reporter's tests need that kmock lacks.
+"""kmock's Kubernetes emulator with what MCO's tests and benchmarks need that kmock lacks.
 
 * resourceVersion semantics: every create/patch bumps a global counter into
   ``metadata.resourceVersion``; a patch whose body names another resourceVersion fails with 409
   and changes nothing (a real API server's optimistic concurrency). kmock otherwise has none.
 * Faults: ``fail(verb, status, times=1, name=...)`` answers the next matching requests with an
   error *before* touching the stored objects, so a failed write really did not happen.
+* ``Cluster`` (the rulegen controller's API server) adds create-on-apply and injectable 503s.
 
 It still does not validate objects against the CRD schema: the tests do that with jsonschema.
 """
@@ -30,6 +31,8 @@ from reporter.schema import GROUP, PLURAL, VERSION
 
 REPORTS = kmock.resource(GROUP, VERSION, PLURAL)
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
+DRC = kmock.resource("mco.io", "v1alpha1", "detectionruleconfigs")
+RULES = kmock.resource("monitoring.coreos.com", "v1", "prometheusrules")
 
 
 @dataclass
@@ -206,3 +209,48 @@ async def service_proxy(
         yield front
     finally:
         await runner.cleanup()
+
+
+@attrs.define(kw_only=True)
+class Cluster(VersionedKubernetes):
+    """Server-side apply of an absent object creates it (as kube-apiserver does); ``failing``
+    path fragments answer 503 to writes."""
+
+    failing: set[str] = attrs.field(factory=set)  # path fragments answered 503 (not GETs)
+    applies: list[dict[str, Any]] = attrs.field(factory=list)  # every apply PATCH seen
+
+    async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        # The Python clients send watch=True; kube-apiserver parses bools with
+        # strconv.ParseBool, kmock only recognises "true".
+        if raw.query.get("watch") == "True":
+            raw = raw.clone(rel_url=raw.rel_url.update_query(watch="true"))
+        return await super().__call__(raw)
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if request.method != "GET" and any(f in request.url.path for f in self.failing):
+            return aiohttp.web.json_response(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "code": 503,
+                    "reason": "ServiceUnavailable",
+                    "message": "injected",
+                },
+                status=503,
+            )
+        content_type = request.headers.get("Content-Type", "")
+        if request.method == "PATCH" and content_type == "application/apply-patch+yaml":
+            self.applies.append(
+                {"path": request.url.path, "params": dict(request.params), "body": request.data}
+            )
+            assert request.resource is not None and request.name is not None
+            key = (request.resource, request.namespace, request.name)
+            async with self._lock:
+                if key not in self._objects or self._objects[key].deleted:
+                    self._objects[key] = request.data
+                    raw = self._objects[key].raw
+                    await self._buses[request.resource].put({"type": "ADDED", "object": raw})
+                    return aiohttp.web.json_response(raw, status=201)
+        response: aiohttp.web.StreamResponse = await super()._handle(request)
+        return response

@@ -1,8 +1,8 @@
 """mco-exporter's raw node series as (base, slope) pairs: the building blocks of a synthetic node.
 
-Shared by the synthetic fleet of the rule tests and benchmarks (``tests/rulegen/fleet.py``) and by
+Shared by the synthetic fleet of the rule tests and benchmarks (``testkit/fleet.py``) and by
 the placement benchmark's live target (``bench/placement/target.py``), so both serve the
-exporter's own metric names and labels, and a test refactor cannot break the benchmark.
+exporter's own metric names and labels.
 A counter's value at time t is ``base + slope * t``; gauges have slope 0.
 """
 

@@ -1,8 +1,12 @@
 """A PromQL HTTP endpoint answering the reporter's three queries from a mutable fleet, for the
-API-path tests (leader election, CLI). The numbers-equal-PromQL tests use a real Prometheus."""
+API-path tests (leader election, CLI) and the benchmarks, and a hostile one that turns into a
+gzip bomb or a 200 MB answer on demand. The numbers-equal-PromQL tests use a real Prometheus."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -12,7 +16,9 @@ from aiohttp.test_utils import TestServer
 
 from reporter.query import Kind, Plan
 from scripts.procs import free_port
-from tests.reporter.helpers import answers, ok
+from testkit.answers import answers, ok, quiet_values
+
+MIB = 1 << 20
 
 
 @dataclass
@@ -66,3 +72,38 @@ async def fake_prometheus() -> AsyncIterator[FakeProm]:
         yield prom
     finally:
         await server.close()
+
+
+@functools.cache
+def gzip_bomb(inflated: int, level: int = 1) -> bytes:
+    """A gzip stream of ``inflated`` zero bytes: about 1/230 of that on the wire at ``level``
+    1 (512 MiB in 3 s), 1/1000 at 9 (in 7 s)."""
+    z = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"\0" * MIB
+    return b"".join([*(z.compress(zeros) for _ in range(inflated // MIB)), z.flush()])
+
+
+class Hostile:
+    """A PromQL endpoint that answers like Prometheus until ``attack`` is set."""
+
+    def __init__(self) -> None:
+        self.prom = FakeProm()
+        self.prom.nodes = {f"n{i}": quiet_values(Plan(compact=False)) for i in range(50)}
+        self.attack = ""
+        self.bomb = b""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.attack == "gzip-bomb":  # 512 MiB of zeros in ~2 MiB
+            return web.Response(body=self.bomb, headers={"Content-Encoding": "gzip"})
+        if self.attack == "200MB":  # chunked, no length: nothing to refuse up front
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            spaces = b" " * MIB
+            with contextlib.suppress(ConnectionError):
+                await resp.write(b'{"status":"success","data":{"resultType":"vector","result":[')
+                for _ in range(200):
+                    await resp.write(spaces)
+                await resp.write(b"]}}")
+            return resp
+        return await self.prom.handle(request)

@@ -7,7 +7,7 @@ import argparse
 import re
 
 from mco.flags import duration, size
-from reporter.promql import DEFAULT_MAX_ANSWER_BYTES, SourceConfig, safe_url
+from mco.promql import DEFAULT_MAX_ANSWER_BYTES, SourceConfig, safe_url
 
 
 def header(text: str) -> tuple[str, str]:

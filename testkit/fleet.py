@@ -8,7 +8,7 @@ carries its own ``node`` label (the target sets none, so the label survives the 
 A profile declares its latency histograms per device and operation; the fleet serves them as
 the exporter does by default, summed over operations (``served``), or per operation.
 
-Run as ``python -m tests.rulegen.fleet --port P --nodes N [--profiles a,b]``
+Run as ``python -m testkit.fleet --port P --nodes N [--profiles a,b]``
 (``--latency-by-operation``: the per-operation histograms).
 """
 
@@ -26,12 +26,12 @@ from typing import Final
 
 from exporter.collectors.biolatency import DEFAULT_BUCKETS
 from mco.latency_buckets import BOUNDS, parse_bounds
-from scripts.fleet_series import Series
-from scripts.fleet_series import common as _common
-from scripts.fleet_series import disk as _disk
-from scripts.fleet_series import memory as _memory
-from scripts.fleet_series import psi as _psi
-from scripts.fleet_series import series as _s
+from testkit.fleet_series import Series
+from testkit.fleet_series import common as _common
+from testkit.fleet_series import disk as _disk
+from testkit.fleet_series import memory as _memory
+from testkit.fleet_series import psi as _psi
+from testkit.fleet_series import series as _s
 
 # Every bucket the exporter can export: 2^k microseconds, k = 3..23. A profile's spread is over
 # all of them; the fleet serves those of ``--latency-buckets`` (default: the exporter's).
