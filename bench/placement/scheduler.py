@@ -30,14 +30,14 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import aiohttp
 
 from bench.placement import kubeframework, wire
-from bench.placement.cluster import Cluster
-from bench.placement.trace import PodSpec
+from bench.placement.cluster import Cluster, Node
+from bench.placement.trace import WORKLOAD_CLASS, PodSpec
 
 PREDICATE_CONCURRENCY = 16
 JSON_BODY = {"Content-Type": "application/json"}
@@ -93,18 +93,34 @@ def feasible(cluster: Cluster, pod: PodSpec) -> list[str]:
 
 
 class DefaultScheduler(_Timed):
-    """No extender: kube-scheduler's cycle with its default score plugins only."""
+    """No extender: kube-scheduler's cycle with its default score plugins only.
+
+    ``native``: the pods carry their class's preferred anti-affinity and the bursts a spread
+    constraint (the ``native-affinity`` baseline, ``kubeframework.native_scores``). ``pool``:
+    the nodes labelled and tainted online-only (the ``node-pool`` baseline): online pods select
+    them (a required node affinity on the label) and tolerate the taint; every other pod, a pod
+    without a class label too, does not tolerate it and is kept off them."""
 
     protocol = "none"
 
-    def __init__(self) -> None:
+    def __init__(self, *, native: bool = False, pool: frozenset[str] = frozenset()) -> None:
         super().__init__()
+        self.native, self.pool = native, pool
         self.search = kubeframework.NodeSearch()
 
+    def admits(self, pod: PodSpec) -> Callable[[Node], bool] | None:
+        if not self.pool:
+            return None
+        online = pod.labels.get(WORKLOAD_CLASS) == kubeframework.ONLINE
+        return lambda node: (node.name in self.pool) == online
+
     async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
-        names = self.search.feasible(cluster, pod)
+        names = self.search.feasible(cluster, pod, self.admits(pod))
         if len(names) <= 1:  # schedulePod: "When only one node after predicate, just use it."
             return names[0] if names else None
+        if self.native:
+            totals = kubeframework.native_scores((cluster.nodes[n] for n in names), pod)
+            return kubeframework.select_host(list(totals.items()), rng)
         scores = [(n, kubeframework.score(cluster.nodes[n], pod)) for n in names]
         return kubeframework.select_host(scores, rng)
 

@@ -20,6 +20,7 @@ from bench.placement.model import NODE_CPU, Demand
 from bench.placement.pipeline import Pipeline, config_spec, rule_evaluation
 from bench.placement.scheduler import DefaultScheduler, KubeExtender, VolcanoExtender
 from bench.placement.trace import PodSpec
+from rulegen.model import from_spec
 from rulegen.render import render_rules
 from tests.placement.served import served
 
@@ -29,11 +30,13 @@ def _args(**kw: Any) -> argparse.Namespace:
     return argparse.Namespace(**fields)
 
 
-def test_the_default_cluster_is_observed_by_its_own_pipeline_with_mco_fulls_rules() -> None:
+def test_the_baselines_are_observed_by_their_own_pipeline_with_mco_fulls_rules() -> None:
     policies = {p.name: p for p in run.POLICY_SETS}
     assert {p.name: p.pipeline for p in policies.values()} == {
         "default": "observer",
-        "mco-basic": "basic",
+        "native-affinity": "observer",
+        "node-pool": "observer",
+        "mco-labels-only": "labels-only",
         "mco-full": "full",
     }
     args = _args(overrides=(("batch", "triggeredLevel", 0.4),), avoid_per_pod=0.07)
@@ -41,9 +44,24 @@ def test_the_default_cluster_is_observed_by_its_own_pipeline_with_mco_fulls_rule
     assert run.pipeline_spec(args, policies, "observer") == full
     batch = next(p for p in full["policies"] if p["name"] == "batch")
     assert (batch["triggeredLevel"], batch["avoidPerPod"]) == (0.4, 0.07)
-    basic = run.pipeline_spec(args, policies, "basic")
-    assert basic != full
+    basic = run.pipeline_spec(args, {**policies, "b": run.PolicySet("mco-basic", True)}, "basic")
     assert all(p["reservationPerPod"] == 0 for p in basic["policies"])
+
+
+def test_labels_only_switches_off_every_use_of_the_interference_signal() -> None:
+    """The ablation: online maxLevel 1 and no hard constraints, every scoreWeight 0, batch
+    triggeredLevel 0; the label avoidance (avoidPolicies, avoidPerPod 0.1) kept."""
+    policies = {p.name: p for p in run.POLICY_SETS}
+    spec = run.pipeline_spec(_args(), policies, "labels-only")
+    by = {p["name"]: p for p in spec["policies"]}
+    assert all(p["scoreWeight"] == 0 for p in by.values())
+    assert all(p["hardConstraints"] == "Ignore" for p in by.values())
+    assert by["latency-sensitive"]["maxLevel"] == 1.0
+    assert all(p["triggeredLevel"] == 0 for p in by.values())
+    for name in ("batch", "best-effort"):
+        assert by[name]["avoidPolicies"] == ["latency-sensitive"]
+        assert by[name]["avoidPerPod"] == 0.1
+    assert from_spec(spec).to_spec()["policies"] == spec["policies"]  # a valid config
 
 
 EXPOSITION = """\
