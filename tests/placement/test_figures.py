@@ -260,7 +260,7 @@ def test_best_baseline_is_the_least_harmed_whose_batch_wait_is_fair() -> None:
     rows = rows_of(0.4, 0.1, native_affinity=0.2, node_pool=0.0, node_pool_wait=1.3)
     # node-pool harms no one but keeps batch waiting 1.3x the default: not a fair winner.
     h = headlines(rows)["kube"]
-    assert (h.best, h.harm, h.wait) == ("native-affinity", pytest.approx(0.5), 1.0)
+    assert h.best == "native-affinity" and h.harm == pytest.approx(0.5) and h.wait == 1.0
     rows = rows_of(0.4, 0.1, native_affinity=0.2, node_pool=0.05, node_pool_wait=1.2)
     assert headlines(rows)["kube"].best == "node-pool"
     assert headlines(rows)["kube"].harm == pytest.approx(2.0)
@@ -273,7 +273,7 @@ def test_headline_takes_the_worst_protocol_and_the_mean_over_seeds() -> None:
     one.append({**one[-1], "run": "mco-full/volcano", "harmed": 0.3, "batch_wait_s": 0.9,
                 "pending_online": 3})  # fmt: skip
     h = worst([headlines(one)])
-    assert (h.harm, h.wait, h.pending) == (pytest.approx(0.75), pytest.approx(1.1), 3)
+    assert h.harm == pytest.approx(0.75) and h.wait == pytest.approx(1.1) and h.pending == 3
     h = worst([headlines(one), headlines(rows_of(0.4, 0.1))])
     assert h.harm == pytest.approx((0.75 + 0.25) / 2) and h.pending == 3
     line = headline_line("labelled", h)
