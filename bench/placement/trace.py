@@ -41,6 +41,21 @@ class PodSpec:
     # What an online pod is slowed by (its own profile, or the resource an online aggressor of
     # the ``unlabelled`` scenario is itself sensitive to).
     sensitive: str = ""
+    # ``phases`` scenario: the pod switches between heavy (its demand) and quiet every
+    # ``period`` seconds of its run, heavy first or not; 0: always heavy.
+    period: float = 0.0
+    heavy_first: bool = True
+
+    def heavy_at(self, running_for: float) -> bool:
+        """Whether the pod is in a heavy phase ``running_for`` seconds after it started."""
+        if self.period <= 0:
+            return True
+        return (int(running_for // self.period) % 2 == 0) == self.heavy_first
+
+    @property
+    def quiet_demand(self) -> Demand:
+        """What it adds in a quiet phase: its requests, an online pod's small I/O and cache."""
+        return Demand(cpu=self.demand.cpu, memory=self.demand.memory, io=0.01, cache_mb=1.0)
 
     @property
     def online(self) -> bool:
@@ -70,10 +85,12 @@ class TraceShape:
     burst_every: float = 60.0
 
 
-SCENARIOS = ("labelled", "unlabelled")
+SCENARIOS = ("labelled", "unlabelled", "phases")
 # The resource an aggressor profile loads most: what an online pod of that profile (the
 # ``unlabelled`` scenario's online aggressors) is itself sensitive to.
 LOADS = {"io-heavy": "io", "cache-heavy": "cache", "memory-heavy": "memory"}
+# ``phases``: an aggressor's phase lasts this share of the trace, drawn uniformly.
+PHASE_SPAN = (0.05, 0.15)
 UNLABELLED_SHARE = 0.5  # of the aggressor workloads (steady pods, bursts) without a class label
 ONLINE_AGGRESSOR_SHARE = 0.25  # of the online pods whose own demand is an aggressor's
 
@@ -86,6 +103,8 @@ def generate(shape: TraceShape, seed: int, scenario: str = "labelled") -> list[P
         return pods
     if scenario == "unlabelled":
         return unlabelled(pods, random.Random(f"unlabelled-{seed}"))
+    if scenario == "phases":
+        return phases(pods, random.Random(f"phases-{seed}"), shape.duration)
     raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
 
 
@@ -107,6 +126,19 @@ def unlabelled(pods: list[PodSpec], rng: random.Random) -> list[PodSpec]:
             p = replace(p, labelled=bursts[p.burst])
         else:
             p = replace(p, labelled=rng.random() >= UNLABELLED_SHARE)
+        out.append(p)
+    return out
+
+
+def phases(pods: list[PodSpec], rng: random.Random, duration: float) -> list[PodSpec]:
+    """Every aggressor (batch and best-effort pod) switches between heavy and quiet, each
+    phase ``PHASE_SPAN`` of the trace long, starting in either: its label says nothing of
+    which phase it is in."""
+    out = []
+    for p in pods:
+        if not p.online:
+            period = rng.uniform(*PHASE_SPAN) * duration
+            p = replace(p, period=period, heavy_first=rng.random() < 0.5)
         out.append(p)
     return out
 

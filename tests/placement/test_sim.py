@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 import requests
@@ -252,3 +253,26 @@ def test_volcano_node_info_carries_volcanos_resource_fields_with_the_nodes_figur
     assert b'"Allocatable":{"MilliCPU":16000,"Memory":68719476736,' in volcano.node_info(
         c, "n-0000"
     )
+
+
+def test_phases_scenario_switches_aggressors_between_heavy_and_quiet() -> None:
+    shape = TraceShape(duration=300, nodes=10, burst_every=30)
+    pods = generate(shape, 4, "phases")
+    aggressors = [p for p in pods if not p.online]
+    assert all(15 <= p.period <= 45 for p in aggressors)  # 5-15 % of the trace
+    assert {p.heavy_first for p in aggressors} == {True, False}
+    assert all(p.period == 0 and p.heavy_at(1e6) for p in pods if p.online)
+    p = replace(aggressors[0], period=10.0, heavy_first=True)
+    assert [p.heavy_at(t) for t in (0, 9.9, 10, 19.9, 20)] == [True, True, False, False, True]
+    # The cluster applies the phase: quiet, the pod adds only its requests' small load.
+    c = Cluster("c", "n", 1)
+    heavy = replace(_pod("w", 1), period=10.0, heavy_first=True)
+    placement = c.bind(heavy, "n-0000", now=0, startup=0)
+    c.start(placement)
+    loud = c.nodes["n-0000"].signals()
+    assert not c.phase(placement, 5.0)  # still heavy: nothing changed
+    assert c.phase(placement, 12.0)
+    assert c.nodes["n-0000"].signals().psi_io_some < loud.psi_io_some
+    assert c.phase(placement, 21.0) and c.nodes["n-0000"].signals() == loud
+    c.finish(placement)
+    assert not c.nodes["n-0000"].quiet
