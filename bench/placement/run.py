@@ -50,6 +50,7 @@ from bench.placement.pipeline import (
     config_spec,
     extender_has_flag,
     hysteresis_available,
+    with_intervals,
 )
 from bench.placement.scheduler import (
     DefaultScheduler,
@@ -462,13 +463,14 @@ def pipeline_spec(
     others with them; the observer's is mco-full's, ``--set`` and all, so that both clusters
     of R are read by the same rules."""
     source = "full" if name == OBSERVER else name
-    return config_spec(
+    spec = config_spec(
         reservation=source != "basic",
         hysteresis=source != "basic",
         avoid_per_pod=args.avoid_per_pod,
         triggered_level=args.triggered_level,
         overrides=overrides_of(args, policies, source),
     )
+    return with_intervals(spec, args.scrape_interval, args.evaluation_interval)
 
 
 def idle_rates(pipelines: dict[str, Pipeline], seconds: float) -> dict[str, float]:
@@ -514,6 +516,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 pipeline_spec(args, policies, name),
                 f"127.0.0.1:{port}",
                 f"/{name}",
+                scrape_interval=args.scrape_interval,
             )
             for name in fleets
         }
@@ -818,6 +821,20 @@ def main(argv: list[str] | None = None) -> int:
         "--protocols",
         help="extender protocols to run (default kube,volcano with --quick, else kube: Volcano "
         "asks once per (pod, node), more than 2 CPUs answer in real time at 200 nodes)",
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between Prometheus scrapes of the nodes' series (default 1; a real "
+        "cluster's is often 15)",
+    )
+    parser.add_argument(
+        "--evaluation-interval",
+        type=float,
+        default=1.0,
+        help="the DetectionRuleConfig's evaluationInterval, seconds (default 1, as shipped); "
+        "the rules' window and the report's staleAfter grow to 4 of the longer interval",
     )
     parser.add_argument(
         "--node-pool-share",

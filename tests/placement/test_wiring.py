@@ -26,7 +26,8 @@ from tests.placement.served import served
 
 
 def _args(**kw: Any) -> argparse.Namespace:
-    fields = {"overrides": (), "avoid_per_pod": None, "triggered_level": None, **kw}
+    fields = {"overrides": (), "avoid_per_pod": None, "triggered_level": None,
+              "scrape_interval": 1.0, "evaluation_interval": 1.0, **kw}  # fmt: skip
     return argparse.Namespace(**fields)
 
 
@@ -202,3 +203,16 @@ def test_pipeline_rules_are_the_rulegen_clis_render_of_its_config_file(
     p = Pipeline("full", tmp_path, spec, "127.0.0.1:1", "/nodes/full")
     assert p.config_path.exists()
     assert p.rules_path.read_text() == render_rules(p.config)
+
+
+def test_a_15_s_scrape_and_evaluation_widen_the_window_and_staleness(tmp_path: Path) -> None:
+    policies = {p.name: p for p in run.POLICY_SETS}
+    shipped = run.pipeline_spec(_args(), policies, "full")
+    assert shipped == config_spec(reservation=True, hysteresis=True)  # 1 s: as shipped
+    args = _args(scrape_interval=15.0, evaluation_interval=15.0)
+    slow = run.pipeline_spec(args, policies, "full")
+    assert (slow["evaluationInterval"], slow["window"]) == ("15s", "60s")
+    assert slow["report"]["staleAfter"] == "60s"
+    assert from_spec(slow).evaluation_interval == 15
+    p = Pipeline("p", tmp_path / "p", slow, "127.0.0.1:1", "/p", scrape_interval=15.0)
+    assert p.prometheus.scrape_interval == "15s" and p.prometheus.evaluation_interval == "15s"
