@@ -204,7 +204,10 @@ async def step(run: Run, now: float, startup: float, tick: float | None = None) 
     shares (a bind's wait is taken from it, so a run stepped later in the tick does not wait
     longer for it)."""
     c = run.cluster
-    while run.arrivals and run.arrivals[0].arrival <= now:
+    # Arrivals up to the shared tick: every run gets the same pods in the same tick, however
+    # late in it the loop reaches the run.
+    horizon = now if tick is None else tick
+    while run.arrivals and run.arrivals[0].arrival <= horizon:
         pod = run.arrivals.pop(0)
         run.lags.append(now - pod.arrival)
         c.pending.append(pod)

@@ -216,3 +216,22 @@ def test_a_15_s_scrape_and_evaluation_widen_the_window_and_staleness(tmp_path: P
     assert from_spec(slow).evaluation_interval == 15
     p = Pipeline("p", tmp_path / "p", slow, "127.0.0.1:1", "/p", scrape_interval=15.0)
     assert p.prometheus.scrape_interval == "15s" and p.prometheus.evaluation_interval == "15s"
+
+
+async def test_volcano_orders_nodes_by_leastrequested_and_balancedresource(
+    extender: tuple[str, list[str]],
+) -> None:
+    """Nodeorder's balancedresource breaks a leastrequested tie, as it does in Volcano: the
+    memory-heavy node is the balanced one for a small pod (the kube loop's own example)."""
+    url, _ = extender
+    c = Cluster("c", "n", 2)
+    for i in range(4):
+        c.bind(PodSpec(f"cpu{i}", 0, 10, "batch", "io-heavy", Demand(cpu=2, memory=2)),
+               "n-0000", 0, 0)  # fmt: skip
+        c.bind(PodSpec(f"mem{i}", 0, 10, "batch", "io-heavy", Demand(cpu=1, memory=6)),
+               "n-0001", 0, 0)  # fmt: skip
+    pod = PodSpec("p", 0, 10, "latency-sensitive", "io", Demand(cpu=0.5, memory=1))
+    async with aiohttp.ClientSession() as session:
+        volcano = VolcanoExtender(session, url, allocate=False)
+        chosen = {await volcano.place(c, pod, random.Random(seed)) for seed in range(10)}
+    assert chosen == {"n-0001"}
