@@ -179,6 +179,7 @@ class Run:
     used_cpu_seconds: float = 0.0  # requested CPU on nodes in use, integrated over time
     used_capacity_seconds: float = 0.0  # those nodes' CPU, integrated over time
     bound_at: dict[str, float] = field(default_factory=dict)  # pod -> the loop tick it was bound
+    down: frozenset[str] = frozenset()  # nodes whose exporter is down: never scraped
     sampled_online_seconds: float = 0.0  # every online pod that arrived, starting ones too
     observed_at: float = 0.0  # when the last observation was (seconds after t0)
     slowdowns: list[float] = field(default_factory=list)  # per online running pod-second
@@ -246,7 +247,7 @@ async def step(run: Run, now: float, startup: float, tick: float | None = None) 
             if run.pods_api is not None:
                 run.pods_api.bind(pod, uid(c, pod), node, time.time())
     c.pending = still
-    for node in changed:
+    for node in changed - run.down:
         run.fleet.set(node, c.nodes[node].signals())
 
 
@@ -277,12 +278,15 @@ def observe(
         for name, node in run.cluster.nodes.items():
             entry = view.get(name)
             if entry is None:
-                continue
-            schedulable = bool(entry["schedulable"])
-            last = run.last_schedulable.get(name)
-            if last is not None and last != schedulable:
-                run.flips += 1
-            run.last_schedulable[name] = schedulable
+                if name not in run.down:
+                    continue  # not sampled: the run's ``sampled`` says so
+                entry = {}  # no data for MCO; the model's harm counts all the same
+            else:
+                schedulable = bool(entry["schedulable"])
+                last = run.last_schedulable.get(name)
+                if last is not None and last != schedulable:
+                    run.flips += 1
+                run.last_schedulable[name] = schedulable
             run.sampled_online_seconds += dt * sum(
                 p.online for n, p in node.placed.items() if n not in node.running
             )
@@ -543,13 +547,17 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 extender = pipeline.add_extender(protocol, extender_args)
             clusters.append((policy, protocol, cluster, pods_api, extender))
         for policy, _, cluster, _, _ in clusters:
-            for node in cluster.nodes:
+            for node in set(cluster.nodes) - down_nodes(cluster, args.exporter_down_share):
                 fleets[policy.pipeline].set(node, idle())
         try:
             for p in pipelines.values():
                 p.start()
             for name, p in pipelines.items():
-                count = sum(len(c.nodes) for pol, _, c, _, _ in clusters if pol.pipeline == name)
+                count = sum(
+                    len(c.nodes) - len(down_nodes(c, args.exporter_down_share))
+                    for pol, _, c, _, _ in clusters
+                    if pol.pipeline == name
+                )
                 p.wait_fresh(count, timeout=120)
             timeout = aiohttp.ClientTimeout(total=30)
             async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -586,6 +594,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                             list(trace),
                             pods_api=pods_api,
                             extender=extender,
+                            down=down_nodes(cluster, args.exporter_down_share),
                         )
                     )
                 rates = idle_rates(pipelines, IDLE_WINDOW)
@@ -640,6 +649,15 @@ def pool(cluster: Cluster, share: float) -> frozenset[str]:
     names = list(cluster.nodes)
     k = min(max(1, round(share * len(names))), len(names) - 1)
     return frozenset(names[:k])
+
+
+def down_nodes(cluster: Cluster, share: float) -> frozenset[str]:
+    """The nodes whose exporter is down (``--exporter-down-share``): the last ``share`` of the
+    cluster's nodes, at least one left up. Their series are never served, so MCO has no data
+    for them (as for a node whose exporter pod crashed); they still hold pods."""
+    names = list(cluster.nodes)
+    k = min(round(share * len(names)), len(names) - 1)
+    return frozenset(names[len(names) - k :]) if k > 0 else frozenset()
 
 
 def views_of(pipelines: dict[str, Pipeline]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -838,6 +856,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="the DetectionRuleConfig's evaluationInterval, seconds (default 1, as shipped); "
         "the rules' window and the report's staleAfter grow to 4 of the longer interval",
+    )
+    parser.add_argument(
+        "--exporter-down-share",
+        type=float,
+        default=0.0,
+        help="the share of each cluster's nodes whose exporter is down (no series; default 0)",
     )
     parser.add_argument(
         "--node-pool-share",

@@ -349,3 +349,32 @@ def test_main_exits_2_when_any_seed_was_invalid(
     # The unlabelled scenario's target is 0.5: 0.25 meets it, its line names the scenario.
     assert run.main(["--quick", "--scenario", "unlabelled"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("placement[unlabelled]: ")
+
+
+def test_a_node_whose_exporter_is_down_is_never_served_yet_its_harm_counts(
+    pipeline: Pipeline,
+) -> None:
+    down = run.down_nodes(Cluster("c", "n", 10), 0.2)
+    assert down == {"n-0008", "n-0009"}
+    assert run.down_nodes(Cluster("c", "n", 10), 0.0) == frozenset()
+    assert len(run.down_nodes(Cluster("c", "n", 2), 1.0)) == 1  # one node is always up
+    r = make_run(pipeline)
+    r.down = frozenset({"n-0001"})
+    pods = [batch("w0", arrival=0.0), batch("w1", arrival=0.0)]
+    r.arrivals += pods
+    asyncio.run(step(r, 0.0, startup=0.0))
+    asyncio.run(step(r, 0.5, startup=0.0))  # started: their nodes' signals change
+    assert {p.node for p in r.cluster.placements.values()} == {"n-0000", "n-0001"}
+    served = r.fleet.render().decode().split('node="')[1:]
+    assert any(s.startswith("n-0000") for s in served)
+    assert not any(s.startswith("n-0001") for s in served)
+    running(r, online("victim"), "n-0001")
+    for i in range(2):
+        running(r, batch(f"x{i}"), "n-0001")
+    nodes = views()[OBSERVER]
+    del nodes["n-0001"]  # the pipeline has no entry for it
+    observe([r], {OBSERVER: nodes}, now=1.0)
+    observe([r], {OBSERVER: nodes}, now=2.0)
+    out = row(r)
+    assert out["harmed"] == pytest.approx(1.0) and out["exposure"] == 0.0
+    assert out["sampled"] > 0 and "n-0001" not in r.last_schedulable
