@@ -173,7 +173,8 @@ def score(node: Node, pod: PodSpec) -> int:
     Neither plugin normalises (their ScoreExtensions return nil), so the framework adds
     ``score * weight`` as it is. The other default score plugins (TaintToleration,
     NodeAffinity, PodTopologySpread, InterPodAffinity, ImageLocality) give every node the same
-    score here: no taints, no affinities, bare pods with no spread constraints, no images.
+    score here: no taints, no affinities, bare pods with no spread constraints, no images (the
+    ``native-affinity`` baseline gives its pods both: ``native_scores``).
     """
     cpu, memory = node_requested(node)
     pod_cpu, pod_memory = pod_requests(pod)
