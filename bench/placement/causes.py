@@ -62,7 +62,7 @@ class Causes:
         if mine is not None and detection in mine.triggered:
             self.seconds["online-late"] += dt
             return
-        aggressors = [p for p in running if p.profile == AGGRESSOR_OF[pod.profile]]
+        aggressors = [p for p in running if p.profile == AGGRESSOR_OF[pod.sensitivity]]
         if not aggressors:
             self.seconds["other"] += dt
         elif any(detection in self.at_bind[p.name].triggered for p in aggressors):

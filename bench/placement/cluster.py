@@ -21,6 +21,7 @@ class Node:
     memory: float = 0.0
     placed: dict[str, PodSpec] = field(default_factory=dict)  # bound, maybe not started
     running: dict[str, PodSpec] = field(default_factory=dict)  # started: part of the load
+    quiet: set[str] = field(default_factory=set)  # running pods in a quiet phase
     generation: int = 0  # moves whenever a pod is placed, starts or ends here
 
     def fits(self, pod: PodSpec) -> bool:
@@ -36,7 +37,7 @@ class Node:
         return (cpu + memory) / 2
 
     def signals(self) -> Signals:
-        return signals([p.demand for p in self.running.values()])
+        return signals(demands(self))
 
 
 @dataclass
@@ -79,7 +80,23 @@ class Cluster:
         n.memory -= pod.demand.memory
         n.placed.pop(pod.name, None)
         n.running.pop(pod.name, None)
+        n.quiet.discard(pod.name)
         n.generation += 1
+
+    def phase(self, placement: Placement, now: float) -> bool:
+        """Put a running pod in its phase at ``now``; True when that changed its node's load."""
+        n = self.nodes[placement.node]
+        name = placement.pod.name
+        if name not in n.running:
+            return False
+        quiet = not placement.pod.heavy_at(now - placement.starts_at)
+        if quiet == (name in n.quiet):
+            return False
+        if quiet:
+            n.quiet.add(name)
+        else:
+            n.quiet.discard(name)
+        return True
 
     def herding(self, burst_size: int) -> float:
         """Most pods of one burst on one node, over an even spread (ceil(burst / nodes)); nan
@@ -96,4 +113,5 @@ class Cluster:
 
 
 def demands(node: Node) -> list[Demand]:
-    return [p.demand for p in node.running.values()]
+    """What the node's running pods add, each as its phase has it."""
+    return [p.quiet_demand if n in node.quiet else p.demand for n, p in node.running.items()]

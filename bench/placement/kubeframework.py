@@ -8,12 +8,13 @@ gives every node the same score for the trace's pods and cannot change a choice 
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from bench.placement.cluster import Cluster, Node
 from bench.placement.model import NODE_CPU, NODE_MEMORY
-from bench.placement.trace import PodSpec
+from bench.placement.trace import WORKLOAD_CLASS, PodSpec
 
 # pkg/scheduler/schedule_one.go: "minFeasibleNodesToFind is the minimum number of nodes that
 # would be scored in each scheduling cycle" (100) and "minFeasibleNodesPercentageToFind is the
@@ -81,9 +82,12 @@ class NodeSearch:
     def __init__(self) -> None:
         self.next_start_node_index = 0
 
-    def feasible(self, cluster: Cluster, pod: PodSpec) -> list[str]:
-        """The nodes that pass resource fit (NodeResourcesFit's filter), as one cycle finds
-        them; moves the start index on."""
+    def feasible(
+        self, cluster: Cluster, pod: PodSpec, admits: Callable[[Node], bool] | None = None
+    ) -> list[str]:
+        """The nodes that pass resource fit (NodeResourcesFit's filter) and ``admits`` (the
+        node-pool baseline's NodeAffinity and TaintToleration filters, in the same pass), as
+        one cycle finds them; moves the start index on."""
         nodes = list(cluster.nodes.values())
         if not nodes:
             return []
@@ -92,7 +96,7 @@ class NodeSearch:
         failed = 0
         for i in range(len(nodes)):
             node = nodes[(self.next_start_node_index + i) % len(nodes)]
-            if not node.fits(pod):
+            if not node.fits(pod) or (admits is not None and not admits(node)):
                 failed += 1
             elif len(found) == to_find:
                 break
@@ -169,7 +173,8 @@ def score(node: Node, pod: PodSpec) -> int:
     Neither plugin normalises (their ScoreExtensions return nil), so the framework adds
     ``score * weight`` as it is. The other default score plugins (TaintToleration,
     NodeAffinity, PodTopologySpread, InterPodAffinity, ImageLocality) give every node the same
-    score here: no taints, no affinities, bare pods with no spread constraints, no images.
+    score here: no taints, no affinities, bare pods with no spread constraints, no images (the
+    ``native-affinity`` baseline gives its pods both: ``native_scores``).
     """
     cpu, memory = node_requested(node)
     pod_cpu, pod_memory = pod_requests(pod)
@@ -217,3 +222,105 @@ def select_host(scores: Sequence[tuple[str, int]], rng: random.Random) -> str:
             if rng.randrange(count) == 0:
                 selected = name
     return selected
+
+
+# The ``native-affinity`` baseline: what kube-scheduler offers without MCO. Default weights of
+# the two plugins in the default profile (pkg/scheduler/apis/config/v1/default_plugins.go:
+# {Name: names.PodTopologySpread, Weight: ptr.To[int32](2)}, {Name: names.InterPodAffinity,
+# Weight: ptr.To[int32](2)}).
+INTER_POD_AFFINITY_WEIGHT = 2
+POD_TOPOLOGY_SPREAD_WEIGHT = 2
+# The anti-affinity each class declares (preferredDuringSchedulingIgnoredDuringExecution,
+# topologyKey kubernetes.io/hostname): online pods avoid batch and best-effort pods, those
+# avoid online pods. The term weight (1-100) is the pod's own; 100 for every term. With one
+# term kind per pair, NormalizeScore's min-max scaling makes its value immaterial.
+ONLINE = "latency-sensitive"
+AVOIDS = {ONLINE: frozenset({"batch", "best-effort"}), "batch": frozenset({ONLINE}),
+          "best-effort": frozenset({ONLINE})}  # fmt: skip
+TERM_WEIGHT = 100
+
+
+def anti_affinity_terms(pod: PodSpec) -> frozenset[str]:
+    """The classes the pod's preferred anti-affinity term selects (by the class label): none
+    for a pod without the label (it declares nothing)."""
+    cls = pod.labels.get(WORKLOAD_CLASS)
+    return AVOIDS.get(cls, frozenset()) if cls else frozenset()
+
+
+def inter_pod_affinity_raw(node: Node, pod: PodSpec) -> int:
+    """InterPodAffinity's Score for one node before NormalizeScore (scoring.go, v1.31): for
+    every existing pod on the node, ``processTerms(state.antiAffinityTerms, existingPod, ...,
+    -1)`` (the incoming pod's terms that the existing pod matches) and, for an existing pod with
+    anti-affinity, ``processTerms(existing's preferred terms, incomingPod, ..., -1)``; the
+    topology key is the hostname, so a node's score is its own pods' sum. Every pod placed on
+    the node counts (the scheduler's snapshot holds assumed and bound pods)."""
+    mine = anti_affinity_terms(pod)
+    own = pod.labels.get(WORKLOAD_CLASS)
+    score = 0
+    for other in node.placed.values():
+        theirs = other.labels.get(WORKLOAD_CLASS)
+        if theirs is not None and theirs in mine:
+            score -= TERM_WEIGHT
+        if own is not None and own in anti_affinity_terms(other):
+            score -= TERM_WEIGHT
+    return score
+
+
+def normalize_inter_pod_affinity(raw: dict[str, int]) -> dict[str, int]:
+    """InterPodAffinity's NormalizeScore (scoring.go): nothing to do when no term matched
+    anywhere (``len(s.topologyScore) == 0``: every node 0); else
+
+        maxMinDiff := maxCount - minCount
+        fScore = float64(framework.MaxNodeScore) * (float64(scores[i].Score-minCount) /
+            float64(maxMinDiff))   // 0 when maxMinDiff is 0
+        scores[i].Score = int64(fScore)
+    """
+    if not raw or not any(raw.values()):
+        return dict.fromkeys(raw, 0)
+    lo, hi = min(raw.values()), max(raw.values())
+    if hi == lo:
+        return dict.fromkeys(raw, 0)
+    return {n: int(MAX_NODE_SCORE * ((s - lo) / (hi - lo))) for n, s in raw.items()}
+
+
+def spread_raw(node: Node, pod: PodSpec, nodes_scored: int) -> int:
+    """PodTopologySpread's Score for a burst pod (constraint ``maxSkew: 1``, topologyKey
+    hostname, ``whenUnsatisfiable: ScheduleAnyway``, selecting its own burst's pods), v1.31
+    pkg/scheduler/framework/plugins/podtopologyspread/scoring.go:
+
+        cnt = countPodsMatchSelector(nodeInfo.Pods, c.Selector, pod.Namespace)
+        score += scoreForCount(cnt, c.MaxSkew, s.TopologyNormalizingWeight[i])
+        return int64(math.Round(score))
+
+    with ``scoreForCount = float64(cnt)*tpWeight + float64(maxSkew-1)`` and the hostname
+    key's ``topologyNormalizingWeight(size) = math.Log(float64(size + 2))``, size being the
+    nodes scored."""
+    cnt = sum(p.burst == pod.burst for p in node.placed.values())
+    return round(cnt * math.log(nodes_scored + 2) + (1 - 1))
+
+
+def normalize_spread(raw: dict[str, int]) -> dict[str, int]:
+    """PodTopologySpread's NormalizeScore (scoring.go): with maxScore and minScore over the
+    nodes, ``if maxScore == 0 { scores[i].Score = framework.MaxNodeScore }`` else
+    ``framework.MaxNodeScore * (maxScore + minScore - s) / maxScore`` (integer division)."""
+    if not raw:
+        return {}
+    hi, lo = max(raw.values()), min(raw.values())
+    if hi == 0:
+        return dict.fromkeys(raw, MAX_NODE_SCORE)
+    return {n: MAX_NODE_SCORE * (hi + lo - s) // hi for n, s in raw.items()}
+
+
+def native_scores(nodes: Iterable[Node], pod: PodSpec) -> dict[str, int]:
+    """The default profile's total with the pods' anti-affinity terms and the bursts' spread
+    constraint: ``score`` plus each plugin's normalized score times its weight."""
+    nodes = list(nodes)
+    total = {n.name: score(n, pod) for n in nodes}
+    raw = {n.name: inter_pod_affinity_raw(n, pod) for n in nodes}
+    for name, s in normalize_inter_pod_affinity(raw).items():
+        total[name] += s * INTER_POD_AFFINITY_WEIGHT
+    if pod.burst is not None:
+        spread = normalize_spread({n.name: spread_raw(n, pod, len(nodes)) for n in nodes})
+        for name, s in spread.items():
+            total[name] += s * POD_TOPOLOGY_SPREAD_WEIGHT
+    return total

@@ -45,6 +45,26 @@ def extender_has_flag(flag: str) -> bool:
     return flag in out
 
 
+def with_intervals(spec: dict[str, Any], scrape: float, evaluation: float) -> dict[str, Any]:
+    """The spec for a Prometheus that scrapes every ``scrape`` and evaluates every
+    ``evaluation`` seconds, as a real cluster's might (15 s is Prometheus's own default): the
+    rules' window at least 4 scrapes (rate() needs two samples in it; four is the usual
+    margin) and the report's staleAfter at least 4 of the longer interval, else as shipped.
+    The shipped 1 s / 1 s leaves the spec as it is."""
+    slow = max(scrape, evaluation)
+    spec["evaluationInterval"] = f"{evaluation:g}s"
+    spec["window"] = f"{max(_seconds(spec['window']), 4 * slow):g}s"
+    stale = spec["report"]["staleAfter"]
+    spec["report"]["staleAfter"] = f"{max(_seconds(stale), 4 * slow):g}s"
+    return spec
+
+
+def _seconds(duration: str) -> float:
+    """A spec duration in seconds ("10s", "5m")."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return float(duration[:-1]) * units[duration[-1]]
+
+
 def config_spec(
     *,
     reservation: bool,
@@ -140,7 +160,13 @@ class Pipeline:
     its report (``add_extender``, before ``start``); the first one added serves the view."""
 
     def __init__(
-        self, name: str, workdir: Path, spec: dict[str, Any], target: str, path: str
+        self,
+        name: str,
+        workdir: Path,
+        spec: dict[str, Any],
+        target: str,
+        path: str,
+        scrape_interval: float = 1.0,
     ) -> None:
         self.name = name
         self.workdir = workdir
@@ -158,6 +184,7 @@ class Pipeline:
             # The fleet target serves each pipeline's nodes at its own path.
             targets=[ScrapeTarget("mco-exporter", target, metrics_path=path)],
             rule_files=[self.rules_path],
+            scrape_interval=f"{scrape_interval:g}s",
             evaluation_interval=f"{self.config.evaluation_interval}s",
         )
         self.reporter = Managed(

@@ -9,18 +9,18 @@ selectHost's reservoir sampling from the run's seeded generator. The default sch
 same cycle without the extender.
 
 Volcano: resource fit, the extender's predicate for each remaining node (16 at a time, as
-Volcano does), its prioritize over the survivors added unweighted to the LeastAllocated score,
+Volcano does), its prioritize over the survivors added unweighted to the nodeorder plugin's
+leastrequested plus balancedresource scores (weight 1 each, kube's own LeastAllocated and
+BalancedAllocation; pkg/scheduler/plugins/nodeorder/nodeorder.go, calculateWeight),
 then allocate (when the extender serves the verb, as a Volcano configured with allocateVerb
 always sends it); ties uniformly at random (SelectBestNode).
 Volcano samples nodes too (volcano-sh/volcano pkg/scheduler/util: PredicateNodes stops after
 CalculateNumOfFeasibleNodesToFind nodes pass, defaults ``--minimum-feasible-nodes`` 100,
 ``--minimum-percentage-nodes-to-find`` 5, ``--percentage-nodes-to-find`` 0 = the same adaptive
-``50 - n/125`` %, from a rotating lastProcessedNodeIndex), and its nodeorder plugin adds
-balancedresource (weight 1; pkg/scheduler/plugins/nodeorder/nodeorder.go, calculateWeight).
-This loop follows neither: it predicates every fitting node and scores LeastAllocated alone. Up
-to 100 nodes (``--quick``'s 20) the sampling changes nothing; above that the Volcano rows
-differ from Volcano's own loop there, and the default 200-node run does not run Volcano. The
-missing balancedresource score is a difference at every size.
+``50 - n/125`` %, from a rotating lastProcessedNodeIndex). This loop does not sample: it
+predicates every fitting node. Up to 100 nodes (``--quick``'s 20) that changes nothing; above
+that the Volcano rows differ from Volcano's own loop there, and the default 200-node run does
+not run Volcano.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import aiohttp
 
 from bench.placement import kubeframework, wire
-from bench.placement.cluster import Cluster
-from bench.placement.trace import PodSpec
+from bench.placement.cluster import Cluster, Node
+from bench.placement.trace import WORKLOAD_CLASS, PodSpec
 
 PREDICATE_CONCURRENCY = 16
 JSON_BODY = {"Content-Type": "application/json"}
@@ -93,18 +93,34 @@ def feasible(cluster: Cluster, pod: PodSpec) -> list[str]:
 
 
 class DefaultScheduler(_Timed):
-    """No extender: kube-scheduler's cycle with its default score plugins only."""
+    """No extender: kube-scheduler's cycle with its default score plugins only.
+
+    ``native``: the pods carry their class's preferred anti-affinity and the bursts a spread
+    constraint (the ``native-affinity`` baseline, ``kubeframework.native_scores``). ``pool``:
+    the nodes labelled and tainted online-only (the ``node-pool`` baseline): online pods select
+    them (a required node affinity on the label) and tolerate the taint; every other pod, a pod
+    without a class label too, does not tolerate it and is kept off them."""
 
     protocol = "none"
 
-    def __init__(self) -> None:
+    def __init__(self, *, native: bool = False, pool: frozenset[str] = frozenset()) -> None:
         super().__init__()
+        self.native, self.pool = native, pool
         self.search = kubeframework.NodeSearch()
 
+    def admits(self, pod: PodSpec) -> Callable[[Node], bool] | None:
+        if not self.pool:
+            return None
+        online = pod.labels.get(WORKLOAD_CLASS) == kubeframework.ONLINE
+        return lambda node: (node.name in self.pool) == online
+
     async def _place(self, cluster: Cluster, pod: PodSpec, rng: random.Random) -> str | None:
-        names = self.search.feasible(cluster, pod)
+        names = self.search.feasible(cluster, pod, self.admits(pod))
         if len(names) <= 1:  # schedulePod: "When only one node after predicate, just use it."
             return names[0] if names else None
+        if self.native:
+            totals = kubeframework.native_scores((cluster.nodes[n] for n in names), pod)
+            return kubeframework.select_host(list(totals.items()), rng)
         scores = [(n, kubeframework.score(cluster.nodes[n], pod)) for n in names]
         return kubeframework.select_host(scores, rng)
 
@@ -200,7 +216,9 @@ class VolcanoExtender(_Timed):
         nodes = b",".join(self.node_info(cluster, n) for n in names)
         result = await self._post("prioritize", b'{"task":' + task + b',"nodes":[' + nodes + b"]}")
         extra = result.get("nodeScore") or {}
-        scores = {n: cluster.nodes[n].least_allocated(pod) + extra.get(n, 0.0) for n in names}
+        # nodeorder's leastrequested and balancedresource (weight 1 each): kube's own plugins,
+        # as kubeframework.score computes them.
+        scores = {n: kubeframework.score(cluster.nodes[n], pod) + extra.get(n, 0.0) for n in names}
         chosen = pick(scores, rng)
         if self.allocate:
             placed = wire.task_info(pod, chosen, wire.ALLOCATED, uid(cluster, pod))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.placement.model import Demand
 
@@ -34,14 +34,46 @@ class PodSpec:
     profile: str
     demand: Demand
     burst: int | None = None  # which burst it came in, if any
+    # Whether it carries its class label (``unlabelled`` scenario: half the aggressors do not).
+    # ``workload_class`` stays the truth the figures are taken by; the label is what schedulers
+    # see.
+    labelled: bool = True
+    # What an online pod is slowed by (its own profile, or the resource an online aggressor of
+    # the ``unlabelled`` scenario is itself sensitive to).
+    sensitive: str = ""
+    # ``phases`` scenario: the pod switches between heavy (its demand) and quiet every
+    # ``period`` seconds of its run, heavy first or not; 0: always heavy.
+    period: float = 0.0
+    heavy_first: bool = True
+
+    def heavy_at(self, running_for: float) -> bool:
+        """Whether the pod is in a heavy phase ``running_for`` seconds after it started."""
+        if self.period <= 0:
+            return True
+        return (int(running_for // self.period) % 2 == 0) == self.heavy_first
+
+    @property
+    def quiet_demand(self) -> Demand:
+        """What it adds in a quiet phase: its requests, an online pod's small I/O and cache."""
+        return Demand(cpu=self.demand.cpu, memory=self.demand.memory, io=0.01, cache_mb=1.0)
 
     @property
     def online(self) -> bool:
         return self.workload_class == "latency-sensitive"
 
     @property
+    def sensitivity(self) -> str:
+        """The resource whose contention slows this (online) pod."""
+        return self.sensitive or self.profile
+
+    @property
     def labels(self) -> dict[str, str]:
-        return {WORKLOAD_CLASS: self.workload_class, "bench/profile": self.profile}
+        labels = {"bench/profile": self.profile}
+        if self.burst is not None:
+            labels["bench/burst"] = str(self.burst)
+        if self.labelled:
+            labels[WORKLOAD_CLASS] = self.workload_class
+        return labels
 
 
 @dataclass(frozen=True)
@@ -53,7 +85,65 @@ class TraceShape:
     burst_every: float = 60.0
 
 
-def generate(shape: TraceShape, seed: int) -> list[PodSpec]:
+SCENARIOS = ("labelled", "unlabelled", "phases")
+# The resource an aggressor profile loads most: what an online pod of that profile (the
+# ``unlabelled`` scenario's online aggressors) is itself sensitive to.
+LOADS = {"io-heavy": "io", "cache-heavy": "cache", "memory-heavy": "memory"}
+# ``phases``: an aggressor's phase lasts this share of the trace, drawn uniformly.
+PHASE_SPAN = (0.05, 0.15)
+UNLABELLED_SHARE = 0.5  # of the aggressor workloads (steady pods, bursts) without a class label
+ONLINE_AGGRESSOR_SHARE = 0.25  # of the online pods whose own demand is an aggressor's
+
+
+def generate(shape: TraceShape, seed: int, scenario: str = "labelled") -> list[PodSpec]:
+    """The trace of ``scenario`` (``SCENARIOS``): ``labelled`` as ``base`` makes it; the others
+    are the same pods changed by a generator of their own, so a seed's arrivals match."""
+    pods = base(shape, seed)
+    if scenario == "labelled":
+        return pods
+    if scenario == "unlabelled":
+        return unlabelled(pods, random.Random(f"unlabelled-{seed}"))
+    if scenario == "phases":
+        return phases(pods, random.Random(f"phases-{seed}"), shape.duration)
+    raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+
+
+def unlabelled(pods: list[PodSpec], rng: random.Random) -> list[PodSpec]:
+    """Half the aggressor workloads (each steady batch or best-effort pod, each burst as a
+    whole) carry no class label, and a quarter of the online pods are aggressors themselves
+    (an aggressor profile's demand, sensitive to the resource it loads)."""
+    bursts: dict[int, bool] = {}
+    out = []
+    for p in pods:
+        if p.online:
+            if rng.random() < ONLINE_AGGRESSOR_SHARE:
+                profile = rng.choice(sorted(BATCH_PROFILES))
+                p = replace(p, profile=profile, demand=BATCH_PROFILES[profile],
+                            sensitive=LOADS[profile])  # fmt: skip
+        elif p.burst is not None:
+            if p.burst not in bursts:
+                bursts[p.burst] = rng.random() >= UNLABELLED_SHARE
+            p = replace(p, labelled=bursts[p.burst])
+        else:
+            p = replace(p, labelled=rng.random() >= UNLABELLED_SHARE)
+        out.append(p)
+    return out
+
+
+def phases(pods: list[PodSpec], rng: random.Random, duration: float) -> list[PodSpec]:
+    """Every aggressor (batch and best-effort pod) switches between heavy and quiet, each
+    phase ``PHASE_SPAN`` of the trace long, starting in either: its label says nothing of
+    which phase it is in."""
+    out = []
+    for p in pods:
+        if not p.online:
+            period = rng.uniform(*PHASE_SPAN) * duration
+            p = replace(p, period=period, heavy_first=rng.random() < 0.5)
+        out.append(p)
+    return out
+
+
+def base(shape: TraceShape, seed: int) -> list[PodSpec]:
     """Online pods arrive over the first 80 % and stay; batch arrives steadily and in bursts;
     best-effort pods (the batch profiles, shorter lived) steadily, about 4 per node in all.
 

@@ -176,3 +176,73 @@ def test_node_requests_are_the_sum_of_its_pods_requests() -> None:
     left = [pl.pod for pl in placements if pl.pod.name in c.nodes["n-0000"].placed]
     total = [sum(kf.pod_requests(p)[i] for p in left) for i in (0, 1)]
     assert kf.node_requested(c.nodes["n-0000"]) == tuple(total)
+
+
+def _batch(name: str, burst: int | None = None, *, labelled: bool = True) -> PodSpec:
+    demand = Demand(cpu=1.0, memory=2.0)
+    return PodSpec(name, 0, 10, "batch", "io-heavy", demand, burst, labelled=labelled)
+
+
+def test_inter_pod_affinity_counts_both_sides_terms_and_normalizes_min_max() -> None:
+    c = Cluster("c", "n", 3)
+    c.bind(_batch("b0"), "n-0000", 0, 0)
+    c.bind(_batch("b1"), "n-0000", 0, 0)
+    c.bind(_batch("b2"), "n-0001", 0, 0)
+    c.bind(_pod("o0"), "n-0002", 0, 0)
+    online = _pod("p")
+    nodes = list(c.nodes.values())
+    # The online pod's term matches each batch pod, each batch pod's term matches the online
+    # pod: -200 per batch pod; an online neighbour matches neither.
+    raw = {n.name: kf.inter_pod_affinity_raw(n, online) for n in nodes}
+    assert raw == {"n-0000": -400, "n-0001": -200, "n-0002": 0}
+    # (s - min) * 100 / (max - min): 0, 50, 100.
+    assert kf.normalize_inter_pod_affinity(raw) == {"n-0000": 0, "n-0001": 50, "n-0002": 100}
+    # No term matched anywhere: every node 0 (NormalizeScore returns early).
+    assert kf.normalize_inter_pod_affinity(dict.fromkeys(raw, 0)) == dict.fromkeys(raw, 0)
+    # A pod without a class label declares nothing and matches nobody's term.
+    quiet = _batch("u", labelled=False)
+    assert {kf.inter_pod_affinity_raw(n, quiet) for n in nodes} == {0}
+    # The plugin's weight 2 on top of the default profile's score.
+    totals = kf.native_scores(nodes, online)
+    assert totals["n-0002"] - kf.score(c.nodes["n-0002"], online) == 200
+    assert totals["n-0000"] == kf.score(c.nodes["n-0000"], online)
+
+
+def test_topology_spread_scores_a_burst_pods_own_burst_only() -> None:
+    c = Cluster("c", "n", 3)
+    c.bind(_batch("a", burst=1), "n-0000", 0, 0)
+    c.bind(_batch("b", burst=1), "n-0000", 0, 0)
+    c.bind(_batch("c", burst=1), "n-0001", 0, 0)
+    c.bind(_batch("x", burst=2), "n-0002", 0, 0)  # another burst: not counted
+    pod = _batch("p", burst=1)
+    nodes = list(c.nodes.values())
+    # cnt * log(3 + 2) + (maxSkew - 1), rounded: 2 * 1.609 = 3.22 -> 3; 1.609 -> 2; 0.
+    raw = {n.name: kf.spread_raw(n, pod, len(nodes)) for n in nodes}
+    assert raw == {"n-0000": 3, "n-0001": 2, "n-0002": 0}
+    # 100 * (max + min - s) // max: 0, 33, 100.
+    assert kf.normalize_spread(raw) == {"n-0000": 0, "n-0001": 33, "n-0002": 100}
+    assert kf.normalize_spread(dict.fromkeys(raw, 0)) == dict.fromkeys(raw, 100)
+
+
+async def test_native_affinity_keeps_online_pods_off_batch_nodes() -> None:
+    c = Cluster("c", "n", 2)
+    for i in range(3):
+        c.bind(_batch(f"b{i}"), "n-0000", 0, 0)
+    c.bind(_pod("o0", cpu=4.0, memory=8.0), "n-0001", 0, 0)  # busier by requests
+    default = {await DefaultScheduler().place(c, _pod("p"), random.Random(s)) for s in range(5)}
+    assert default == {"n-0000"}  # LeastAllocated and balance prefer the batch node
+    native = DefaultScheduler(native=True)
+    assert {await native.place(c, _pod("p"), random.Random(s)) for s in range(5)} == {"n-0001"}
+
+
+async def test_node_pool_keeps_batch_off_it_and_online_pods_on_it() -> None:
+    c = Cluster("c", "n", 4)
+    pool = frozenset({"n-0000"})
+    scheduler = DefaultScheduler(pool=pool)
+    for i in range(4):
+        assert await scheduler.place(c, _batch(f"b{i}"), random.Random(i)) != "n-0000"
+        assert await scheduler.place(c, _pod(f"o{i}"), random.Random(i)) == "n-0000"
+    # A pod without a class label does not tolerate the pool's taint either.
+    assert await scheduler.place(c, _batch("u", labelled=False), random.Random(0)) != "n-0000"
+    c.nodes["n-0000"].cpu = NODE_CPU  # the pool is full: online pods wait
+    assert await scheduler.place(c, _pod("late"), random.Random(0)) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 import requests
@@ -13,7 +14,7 @@ from bench.placement import kubeapi, target
 from bench.placement.cluster import Cluster
 from bench.placement.model import NODE_CPU, NODE_MEMORY, Demand, signals
 from bench.placement.pipeline import config_spec
-from bench.placement.run import POLICY_SETS, figures, main, overrides_of, variant
+from bench.placement.run import POLICY_SETS, main, overrides_of, variant
 from bench.placement.scheduler import VolcanoExtender
 from bench.placement.trace import PodSpec, TraceShape, generate
 from extender.volcano import decode_predicate, placed_tasks, resident_tasks
@@ -116,24 +117,24 @@ def test_pods_api_lists_then_watches_from_the_lists_version(tmp_path) -> None:
         ]
 
 
-def test_figures_are_the_full_mco_run_against_the_default() -> None:
-    rows = [
-        {"run": "default/none", "exposure": 0.4, "herding": 1.0},
-        {"run": "mco-basic/kube", "exposure": 0.1, "herding": 9.0},
-        {"run": "mco-full/volcano", "exposure": 0.3, "herding": 5.0},
-        {"run": "mco-full/kube", "exposure": 0.2, "herding": 1.5},
-    ]
-    assert figures(rows) == (0.5, 1.5)
-    ratio, herding = figures([r for r in rows if r["run"] != "mco-full/kube"])
-    assert ratio == pytest.approx(0.75) and herding == 5.0
-    quiet = [{"run": "default/none", "exposure": 0.0, "herding": 1.0}, *rows[3:]]
-    assert figures(quiet)[0] == float("inf")
-    quiet[1] = {**quiet[1], "exposure": 0.0}
-    assert figures(quiet)[0] == 1.0
-    assert figures([*rows, {"run": "mco-x/kube", "exposure": 0.1, "herding": 2.0}], "mco-x") == (
-        0.25,
-        2.0,
-    )
+def test_unlabelled_scenario_takes_labels_off_half_the_aggressors_only() -> None:
+    shape = TraceShape(duration=300, nodes=20, burst_every=30)
+    labelled, unlabelled = generate(shape, 4), generate(shape, 4, "unlabelled")
+    assert [(p.name, p.arrival) for p in labelled] == [(p.name, p.arrival) for p in unlabelled]
+    assert all(p.labelled for p in labelled)
+    aggressors = [p for p in unlabelled if not p.online]
+    share = sum(not p.labelled for p in aggressors) / len(aggressors)
+    assert 0.3 <= share <= 0.7
+    assert all("mco.io/workload-class" not in p.labels for p in aggressors if not p.labelled)
+    assert all(p.labelled for p in unlabelled if p.online)  # online pods keep their label
+    for burst in {p.burst for p in aggressors if p.burst is not None}:
+        assert len({p.labelled for p in aggressors if p.burst == burst}) == 1  # a workload
+    online = [p for p in unlabelled if p.online]
+    loud = [p for p in online if p.profile in ("io-heavy", "cache-heavy", "memory-heavy")]
+    assert 0.1 <= len(loud) / len(online) <= 0.4
+    assert {p.sensitivity for p in loud} <= {"io", "cache", "memory"}
+    with pytest.raises(ValueError, match="unknown scenario"):
+        generate(shape, 4, "nope")
 
 
 def test_set_overrides_a_shipped_policy_in_the_full_set_only() -> None:
@@ -161,8 +162,9 @@ def test_a_variant_is_mco_full_with_its_fields_on_its_own_pipeline() -> None:
     v = variant("trig:batch.triggeredLevel=0.3,batch.reservationPerPod=0.2")
     assert (v.name, v.pipeline, v.reservation, v.hysteresis) == ("mco-trig", "trig", True, True)
     sets = {p.name: p for p in (*POLICY_SETS, v)}
-    assert len({p.pipeline for p in sets.values()}) == 4  # observer, basic, full, trig
-    assert len({p.prefix for p in sets.values()}) == 4  # every cluster's nodes apart
+    # observer (the three baselines), labels-only, full, trig
+    assert len({p.pipeline for p in sets.values()}) == 4
+    assert len({p.prefix for p in sets.values()}) == len(sets)  # every cluster's nodes apart
     args = argparse.Namespace(overrides=(("batch", "avoidPerPod", 0.02),))
     assert overrides_of(args, sets, "trig") == {
         "batch": {"triggeredLevel": 0.3, "reservationPerPod": 0.2}
@@ -251,3 +253,26 @@ def test_volcano_node_info_carries_volcanos_resource_fields_with_the_nodes_figur
     assert b'"Allocatable":{"MilliCPU":16000,"Memory":68719476736,' in volcano.node_info(
         c, "n-0000"
     )
+
+
+def test_phases_scenario_switches_aggressors_between_heavy_and_quiet() -> None:
+    shape = TraceShape(duration=300, nodes=10, burst_every=30)
+    pods = generate(shape, 4, "phases")
+    aggressors = [p for p in pods if not p.online]
+    assert all(15 <= p.period <= 45 for p in aggressors)  # 5-15 % of the trace
+    assert {p.heavy_first for p in aggressors} == {True, False}
+    assert all(p.period == 0 and p.heavy_at(1e6) for p in pods if p.online)
+    p = replace(aggressors[0], period=10.0, heavy_first=True)
+    assert [p.heavy_at(t) for t in (0, 9.9, 10, 19.9, 20)] == [True, True, False, False, True]
+    # The cluster applies the phase: quiet, the pod adds only its requests' small load.
+    c = Cluster("c", "n", 1)
+    heavy = replace(_pod("w", 1), period=10.0, heavy_first=True)
+    placement = c.bind(heavy, "n-0000", now=0, startup=0)
+    c.start(placement)
+    loud = c.nodes["n-0000"].signals()
+    assert not c.phase(placement, 5.0)  # still heavy: nothing changed
+    assert c.phase(placement, 12.0)
+    assert c.nodes["n-0000"].signals().psi_io_some < loud.psi_io_some
+    assert c.phase(placement, 21.0) and c.nodes["n-0000"].signals() == loud
+    c.finish(placement)
+    assert not c.nodes["n-0000"].quiet

@@ -20,20 +20,24 @@ from bench.placement.model import NODE_CPU, Demand
 from bench.placement.pipeline import Pipeline, config_spec, rule_evaluation
 from bench.placement.scheduler import DefaultScheduler, KubeExtender, VolcanoExtender
 from bench.placement.trace import PodSpec
+from rulegen.model import from_spec
 from rulegen.render import render_rules
 from tests.placement.served import served
 
 
 def _args(**kw: Any) -> argparse.Namespace:
-    fields = {"overrides": (), "avoid_per_pod": None, "triggered_level": None, **kw}
+    fields = {"overrides": (), "avoid_per_pod": None, "triggered_level": None,
+              "scrape_interval": 1.0, "evaluation_interval": 1.0, **kw}  # fmt: skip
     return argparse.Namespace(**fields)
 
 
-def test_the_default_cluster_is_observed_by_its_own_pipeline_with_mco_fulls_rules() -> None:
+def test_the_baselines_are_observed_by_their_own_pipeline_with_mco_fulls_rules() -> None:
     policies = {p.name: p for p in run.POLICY_SETS}
     assert {p.name: p.pipeline for p in policies.values()} == {
         "default": "observer",
-        "mco-basic": "basic",
+        "native-affinity": "observer",
+        "node-pool": "observer",
+        "mco-labels-only": "labels-only",
         "mco-full": "full",
     }
     args = _args(overrides=(("batch", "triggeredLevel", 0.4),), avoid_per_pod=0.07)
@@ -41,9 +45,24 @@ def test_the_default_cluster_is_observed_by_its_own_pipeline_with_mco_fulls_rule
     assert run.pipeline_spec(args, policies, "observer") == full
     batch = next(p for p in full["policies"] if p["name"] == "batch")
     assert (batch["triggeredLevel"], batch["avoidPerPod"]) == (0.4, 0.07)
-    basic = run.pipeline_spec(args, policies, "basic")
-    assert basic != full
+    basic = run.pipeline_spec(args, {**policies, "b": run.PolicySet("mco-basic", True)}, "basic")
     assert all(p["reservationPerPod"] == 0 for p in basic["policies"])
+
+
+def test_labels_only_switches_off_every_use_of_the_interference_signal() -> None:
+    """The ablation: online maxLevel 1 and no hard constraints, every scoreWeight 0, batch
+    triggeredLevel 0; the label avoidance (avoidPolicies, avoidPerPod 0.1) kept."""
+    policies = {p.name: p for p in run.POLICY_SETS}
+    spec = run.pipeline_spec(_args(), policies, "labels-only")
+    by = {p["name"]: p for p in spec["policies"]}
+    assert all(p["scoreWeight"] == 0 for p in by.values())
+    assert all(p["hardConstraints"] == "Ignore" for p in by.values())
+    assert by["latency-sensitive"]["maxLevel"] == 1.0
+    assert all(p["triggeredLevel"] == 0 for p in by.values())
+    for name in ("batch", "best-effort"):
+        assert by[name]["avoidPolicies"] == ["latency-sensitive"]
+        assert by[name]["avoidPerPod"] == 0.1
+    assert from_spec(spec).to_spec()["policies"] == spec["policies"]  # a valid config
 
 
 EXPOSITION = """\
@@ -184,3 +203,35 @@ def test_pipeline_rules_are_the_rulegen_clis_render_of_its_config_file(
     p = Pipeline("full", tmp_path, spec, "127.0.0.1:1", "/nodes/full")
     assert p.config_path.exists()
     assert p.rules_path.read_text() == render_rules(p.config)
+
+
+def test_a_15_s_scrape_and_evaluation_widen_the_window_and_staleness(tmp_path: Path) -> None:
+    policies = {p.name: p for p in run.POLICY_SETS}
+    shipped = run.pipeline_spec(_args(), policies, "full")
+    assert shipped == config_spec(reservation=True, hysteresis=True)  # 1 s: as shipped
+    args = _args(scrape_interval=15.0, evaluation_interval=15.0)
+    slow = run.pipeline_spec(args, policies, "full")
+    assert (slow["evaluationInterval"], slow["window"]) == ("15s", "60s")
+    assert slow["report"]["staleAfter"] == "60s"
+    assert from_spec(slow).evaluation_interval == 15
+    p = Pipeline("p", tmp_path / "p", slow, "127.0.0.1:1", "/p", scrape_interval=15.0)
+    assert p.prometheus.scrape_interval == "15s" and p.prometheus.evaluation_interval == "15s"
+
+
+async def test_volcano_orders_nodes_by_leastrequested_and_balancedresource(
+    extender: tuple[str, list[str]],
+) -> None:
+    """Nodeorder's balancedresource breaks a leastrequested tie, as it does in Volcano: the
+    memory-heavy node is the balanced one for a small pod (the kube loop's own example)."""
+    url, _ = extender
+    c = Cluster("c", "n", 2)
+    for i in range(4):
+        c.bind(PodSpec(f"cpu{i}", 0, 10, "batch", "io-heavy", Demand(cpu=2, memory=2)),
+               "n-0000", 0, 0)  # fmt: skip
+        c.bind(PodSpec(f"mem{i}", 0, 10, "batch", "io-heavy", Demand(cpu=1, memory=6)),
+               "n-0001", 0, 0)  # fmt: skip
+    pod = PodSpec("p", 0, 10, "latency-sensitive", "io", Demand(cpu=0.5, memory=1))
+    async with aiohttp.ClientSession() as session:
+        volcano = VolcanoExtender(session, url, allocate=False)
+        chosen = {await volcano.place(c, pod, random.Random(seed)) for seed in range(10)}
+    assert chosen == {"n-0001"}
