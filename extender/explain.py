@@ -308,7 +308,7 @@ def _constraints(
 def _taken(verdict: Verdict, config: VerdictConfig) -> str:
     reason = verdict.reason
     if reason == Reason.NO_DATA:
-        return "no data: rejected, nodes with data pass the policy's maxLevel"
+        return "no data: rejected, other nodes of the call have data"
     if reason in (Reason.UNKNOWN, Reason.STALE):
         return "fail-closed: rejected" if config.fail_closed else "fail-open: neutral score"
     if reason == Reason.NO_LEVEL:

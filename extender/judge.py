@@ -28,7 +28,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import Protocol
+from typing import Final, Protocol
 
 from extender.config import VerdictConfig
 from extender.policy import LiveConfig, PolicySet, from_report
@@ -54,6 +54,10 @@ from reporter.schema import ReportConfig
 log = logging.getLogger("mco.extender.judge")
 
 _UNPROVEN = itemgetter(6)  # Verdict.unproven, read at C speed
+# Reasons only a node with fresh data gets (step 4: one such node makes "no data" a rejection).
+_WITH_DATA: Final = frozenset(
+    (Reason.OK, Reason.NO_LEVEL, Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT)
+)
 
 
 class TermSource(Protocol):
@@ -206,7 +210,7 @@ class Judge:
                     )
                     unproven = unproven or verdict.unproven
             _put(names, verdicts, redo)
-        # 4. No data is no proof, where nodes with data pass the policy's maxLevel.
+        # 4. No data is no proof, where other nodes of the call have data.
         return settle(verdicts, pod.policy, self.config) if unproven else verdicts
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
@@ -301,12 +305,13 @@ class Judge:
 
 
 def settle(verdicts: list[Verdict], policy: Policy, config: VerdictConfig) -> list[Verdict]:
-    """Step 4 over one call's verdicts: where a node with data passes ``policy``, the nodes
-    without data whose neutral level (plus reservation) is above its maxLevel are rejected."""
+    """Step 4 over one call's verdicts: where MCO has data for any node of the call, the nodes
+    without data whose neutral level (plus reservation) is above ``policy``'s maxLevel are
+    rejected; only where it has data for none (a new install, a reporter down) do they pass."""
     if policy.max_level is None or config.fail_closed or not any(map(_UNPROVEN, verdicts)):
         return verdicts
-    if not any(v.passed and v.reason == Reason.OK for v in verdicts):
-        return verdicts  # nothing with data passes: the nodes without data are the fallback
+    if not any(v.reason in _WITH_DATA for v in verdicts):
+        return verdicts  # no data anywhere: fail open, the scores spread the pods
     rejected = no_data(policy, config)
     return [rejected if v.unproven else v for v in verdicts]
 

@@ -53,8 +53,8 @@ class Reason:
     KATA_NOT_READY: Final = "kata_not_ready"
     HARD_CONSTRAINT: Final = "hard_constraint"
     MAX_LEVEL: Final = "max_level"  # level + reservation above the pod's policy's maxLevel
-    # No fresh data, under a policy with maxLevel, while nodes with data in the same call pass
-    # it (extender.judge: "no data is no proof").
+    # No fresh data, under a policy with maxLevel, while other nodes of the same call have data
+    # (extender.judge: "no data is no proof").
     NO_DATA: Final = "no_data"
     ALL: Final = (
         OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA
@@ -69,7 +69,7 @@ class Verdict(NamedTuple):
     kube_score: int  # kube-scheduler's 0-10 integers (it multiplies by weight x 10 itself)
     unresolvable: bool  # a rejection that evicting pods cannot fix
     # Passed without fresh data although the policy has a maxLevel that the neutral level (plus
-    # the node's reservation) exceeds: the call rejects it where nodes with data pass.
+    # the node's reservation) exceeds: the call rejects it where other nodes have data.
     unproven: bool = False
 
     @property
@@ -148,13 +148,13 @@ def _missing(
 
 
 def no_data(policy: Policy, config: VerdictConfig) -> Verdict:
-    """The rejection of a node without fresh data where nodes with data pass ``policy``'s
-    maxLevel in the same call (extender.judge)."""
+    """The rejection of a node without fresh data under ``policy``'s maxLevel where the call holds
+    nodes with data (extender.judge)."""
     unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
     message = (
         f"mco: no data: no fresh interference data for the node, so the maxLevel "
-        f"{policy.max_level:g} of policy {policy.name} is unproven there while nodes with data "
-        "pass it"
+        f"{policy.max_level:g} of policy {policy.name} is unproven there while other nodes "
+        "have data"
     )
     return _verdict(False, Reason.NO_DATA, message, 0.0, unresolvable)
 

@@ -250,11 +250,14 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
             ]
             expected = settle(decided, policy, config)  # the call's rule for nodes without data
             assert [v[:5] for v in verdicts] == [v[:5] for v in expected], policy.name
-    assert [v.passed for v in judge.verdicts(names, pod_facts(None, config, strict), T0 + 1)] == [
-        False,
-        False,
-        False,
-        True,
+    # Every known node over strict's 0.05: the node without data is no fallback (no data is no
+    # proof while other nodes have data), so nothing passes.
+    strict_verdicts = judge.verdicts(names, pod_facts(None, config, strict), T0 + 1)
+    assert [(v.passed, v.reason) for v in strict_verdicts] == [
+        (False, "max_level"),
+        (False, "max_level"),
+        (False, "max_level"),
+        (False, "no_data"),
     ]
     assert judge.table_entries() == 3 * 5  # one table per distinct policy
     report = cluster_report(nodes)
