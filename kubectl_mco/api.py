@@ -177,7 +177,9 @@ class Direct:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--extender-url must be an http(s) URL, got {self.url!r}")
         if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("a client certificate needs both --extender-cert-file and -key-file")
+            raise ValueError(
+                "a client certificate needs both --extender-cert-file and --extender-key-file"
+            )
         if self.basic_auth_password_file and not self.basic_auth_user:
             raise ValueError("--extender-basic-auth-password-file needs --extender-basic-auth-user")
 

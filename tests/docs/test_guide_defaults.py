@@ -42,11 +42,14 @@ def extender_args() -> list[str]:
 
 
 def with_value(base: list[str], flag: str, value: str) -> Any:
-    """``base`` plus ``flag value``; an "off"/"none" default means the flag is absent."""
+    """``base`` plus ``flag value``; an "off"/"none" default means the flag is absent, "on"
+    that a switch is given."""
     if value in OFF:
         action = next(a for a in build_parser()._actions if flag in a.option_strings)
         assert action.default in (False, None, ""), f"{flag} is not off by default"
         return parse_settings(base)
+    if value == "on":
+        return parse_settings([*base, flag])
     return parse_settings([*base, f"{flag}={value}"])
 
 
