@@ -112,6 +112,7 @@ def _events(out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.host_load  # its stress-ng
 def test_a_short_soak_through_the_api_with_stress_and_an_outage_passes(tmp_path: Path) -> None:
     # A smoke run of 20 s (`make soak` runs hours): staleAfter 5 s, so a 13 s outage is checked
     # for fresh nodes for ~3 s (staleAfter + 5 s of slack first). The report goes through the

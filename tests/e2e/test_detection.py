@@ -16,7 +16,7 @@ from scripts.stress import PodLoad, StressUnavailableError
 from tests.e2e.conftest import short_stale_config
 from tests.extender.bodies import kube_args
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.host_load]
 
 
 def kube_score(stack: LocalStack) -> int:
