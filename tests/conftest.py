@@ -4,7 +4,10 @@ the grouping that keeps tests sharing a fixture on one pytest-xdist worker."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import fcntl
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -39,8 +42,16 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
     return f"{scope}:{found[scope]}" if scope else None
 
 
+def _slow_module(item: pytest.Item, slow: set[str]) -> bool:
+    return item.nodeid.split("::")[0] in slow
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Modules with slow tests first (each module kept whole, so a module fixture starts once):
+    # the quick tests then fill both workers' ends instead of one long test alone at the end.
+    slow = {i.nodeid.split("::")[0] for i in items if i.get_closest_marker("slow")}
+    items.sort(key=lambda i: not _slow_module(i, slow))
     for item in items:
         if item.get_closest_marker("host_load") is not None:
             group: str | None = HOST_LOAD
@@ -61,3 +72,27 @@ async def api_client(kapi: VersionedKubernetes) -> AsyncIterator[client.ApiClien
     cfg = client.Configuration(host=str(kapi.url).rstrip("/"))
     async with client.ApiClient(configuration=cfg) as api:
         yield api
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under xdist, a test marked ``exclusive`` runs while no other test does: every test holds
+    a shared lock of the run, an exclusive one takes it alone. A turnstile taken first lets a
+    waiting exclusive test in before the other worker's next test."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"mco-pytest-{workerinput['testrunuid']}"
+    alone = item.get_closest_marker("exclusive") is not None
+    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
