@@ -5,8 +5,8 @@ benchmarks that run MCO's controllers against an API.
 ``python -m bench.kubeapi --kubeconfig FILE`` serves on a free port and writes a kubeconfig that
 points at it once it serves. It knows the resources MCO reads and writes (NodeInterferenceReports,
 DetectionRuleConfigs, PrometheusRules, Leases) and holds one DetectionRuleConfig, ``default``,
-with the default spec. kmock keeps every request for tests' assertions; a process that serves for
-hours keeps only the latest ones.
+with the default spec or that of ``--rule-config FILE``. kmock keeps every request for tests'
+assertions; a process that serves for hours keeps only the latest ones.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def kubeconfig(url: str) -> dict[str, object]:
     }
 
 
-async def serve(path: Path) -> None:
+async def serve(path: Path, spec: dict[str, object]) -> None:
     # Not strict: a missing object (the Lease before its first holder) is a 404.
     async with Cluster(strict=False) as k, kmock.Server(k):
         k.resources[REPORTS] = kmock.ResourceInfo(
@@ -54,7 +54,7 @@ async def serve(path: Path) -> None:
                 "apiVersion": f"{API_GROUP}/{API_VERSION}",
                 "kind": KIND,
                 "metadata": {"name": DEFAULT_NAME, "generation": 1},
-                "spec": {},
+                "spec": spec,
             },
         )
         partial = path.with_suffix(".partial")
@@ -68,8 +68,14 @@ async def serve(path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kubeapi")
     p.add_argument("--kubeconfig", type=Path, required=True, help="written once serving")
+    p.add_argument(
+        "--rule-config",
+        type=Path,
+        help="a DetectionRuleConfig YAML whose spec the held object starts with (default: {})",
+    )
     args = p.parse_args(argv)
-    asyncio.run(serve(args.kubeconfig))
+    spec = yaml.safe_load(args.rule_config.read_text())["spec"] if args.rule_config else {}
+    asyncio.run(serve(args.kubeconfig, spec))
     return 0
 
 

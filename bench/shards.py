@@ -315,8 +315,18 @@ def _levels(shards: list[_Shard]) -> list[int]:
 
 
 def measure(
-    nodes: int, shards: int, seconds: int, interval: int, workdir: Path, engine: str = PROMETHEUS
+    nodes: int,
+    shards: int,
+    seconds: int,
+    interval: int,
+    workdir: Path,
+    engine: str = PROMETHEUS,
+    *,
+    settle: float | None = None,
+    timed_cycles: int = REPORTER_CYCLES,
 ) -> Layout:
+    """One layout; ``settle`` (default: the rules' window) is the warm-up after every node has
+    a level and before sampling, so that every window is full."""
     config = _config(interval)
     rules = workdir / "rules.yaml"
     # vmalert reads its own results back through VictoriaMetrics: the plain reads.
@@ -352,11 +362,11 @@ def measure(
         wait_until(
             lambda: sum(_levels(engines)) == nodes,
             timeout=240,
-            interval=1,
+            interval=0.25,
             what=f"levels for {nodes} nodes",
         )
         counts = _levels(engines)
-        time.sleep(config.window)  # full windows everywhere
+        time.sleep(config.window if settle is None else settle)  # full windows everywhere
         missed0 = [s.missed() for s in engines]
         cpu0 = [s.cpu() for s in engines]
         t0 = time.monotonic()
@@ -372,7 +382,7 @@ def measure(
         missed = sum(s.missed() - m for s, m in zip(engines, missed0, strict=True))
         urls = [s.url for s in engines]
         reporter, cycles = asyncio.run(
-            _reporter_cycles(urls, workdir / "report.json", REPORTER_CYCLES)
+            _reporter_cycles(urls, workdir / "report.json", timed_cycles)
         )
         once_wall = _once(urls, workdir / "once.json", nodes)
         entries = reporter.tracker.entries
@@ -414,6 +424,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--interval", type=duration, default=1.0, help="scrape and evaluation interval"
     )
     parser.add_argument(
+        "--settle",
+        type=duration,
+        default=None,
+        help="warm-up once every node has a level, before sampling (default: the rules' window)",
+    )
+    parser.add_argument(
+        "--cycles", type=int, default=REPORTER_CYCLES, help="reporter cycles timed per layout"
+    )
+    parser.add_argument(
         "--engine",
         choices=(PROMETHEUS, VICTORIAMETRICS),
         default=PROMETHEUS,
@@ -436,7 +455,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in layouts:
         with tempfile.TemporaryDirectory(prefix=f"bench-shards-{m}-") as tmp:
             print(f"measuring {m} shard(s) of ~{-(-nodes // m)} nodes for {seconds:g}s ...")
-            results.append(measure(nodes, m, int(seconds), interval, Path(tmp), args.engine))
+            layout = measure(
+                nodes,
+                m,
+                int(seconds),
+                interval,
+                Path(tmp),
+                args.engine,
+                settle=args.settle,
+                timed_cycles=args.cycles,
+            )
+            results.append(layout)
     base = results[0]
     print(
         f"\n{'shards':>6} {'nodes/shard':>11} {'eval ms (slowest)':>17} {'x base':>7} "

@@ -47,7 +47,8 @@ import yaml
 from bench.kubeapi import CONFIG_PATH
 from mco import selfmetrics
 from mco.flags import duration
-from rulegen.model import DEFAULT_NAME
+from rulegen.durations import format_duration
+from rulegen.model import DEFAULT_NAME, from_spec
 from scripts.local_stack import LocalStack, Ports, StackSettings
 from scripts.procs import Managed, ScrapeTarget, free_port, wait_until
 from scripts.stress import StressUnavailableError
@@ -215,6 +216,7 @@ class Settings:
     out: Path
     api: bool = False
     config_every: float = 900.0
+    stale_after: float | None = None  # report.staleAfter; None: the shipped default
 
 
 class ProcessGone(Exception):
@@ -238,8 +240,21 @@ class Soak:
             name="fleet",
             log_path=settings.out / "fleet.log",
         )
+        rule_config = None
+        if settings.stale_after is not None:
+            # A shorter staleAfter lets a short run check freshness through an outage.
+            rule_config = settings.out / "detectionruleconfig.yaml"
+            config = from_spec(
+                {"report": {"staleAfter": format_duration(round(settings.stale_after))}}
+            )
+            rule_config.write_text(yaml.safe_dump(config.to_object()))
         self.stack = LocalStack(
-            StackSettings(workdir=settings.out / "stack", ports=Ports(0, 0, 0, 0), node="soak-node")
+            StackSettings(
+                workdir=settings.out / "stack",
+                ports=Ports(0, 0, 0, 0),
+                node="soak-node",
+                rule_config=rule_config,
+            )
         )
         prometheus = self.stack.prometheus
         self.fleet_address = f"127.0.0.1:{fleet_port}"
@@ -270,12 +285,22 @@ class Soak:
         the DetectionRuleConfig) and the extender watches it there, as in a cluster, instead of
         the file of `make run`."""
         reporter, extender = self.stack.reporter, self.stack.extender
-        reporter.argv = [a for a in reporter.argv if not a.startswith("--output=")]
+        # The stand-in's object is the config (a file would stop the reporter following it).
+        config = self.stack.settings.rule_config
+        reporter.argv = [
+            a for a in reporter.argv if not a.startswith(("--output=", "--rule-config="))
+        ]
         reporter.argv += [f"--kubeconfig={kubeconfig}", "--leader-elect-namespace=mco"]
         extender.argv = [a for a in extender.argv if not a.startswith("--report-file=")]
         extender.argv += [f"--kubeconfig={kubeconfig}"]
         return Managed(
-            [sys.executable, "-m", "bench.kubeapi", f"--kubeconfig={kubeconfig}"],
+            [
+                sys.executable,
+                "-m",
+                "bench.kubeapi",
+                f"--kubeconfig={kubeconfig}",
+                *([f"--rule-config={config}"] if config else []),
+            ],
             name="kube-api-standin",
             log_path=self.s.out / "kubeapi.log",
         )
@@ -706,6 +731,12 @@ def _parse(argv: Sequence[str]) -> Settings:
         default=None,
         help="with --api: edit the DetectionRuleConfig this often (default 15m)",
     )
+    p.add_argument(
+        "--stale-after",
+        type=duration,
+        default=None,
+        help="report.staleAfter of the DetectionRuleConfig (default: the shipped 30s)",
+    )
     p.add_argument("--nodes", type=int, default=100, help="synthetic fleet nodes (default 100)")
     p.add_argument("--sample", type=duration, default=None, help="default 15s (5s with --quick)")
     p.add_argument(
@@ -747,6 +778,7 @@ def _parse(argv: Sequence[str]) -> Settings:
         config_every=pick(a.config_every, "15m", "60s"),
         out=out,
         api=a.api,
+        stale_after=a.stale_after,
     )
 
 

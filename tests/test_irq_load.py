@@ -13,7 +13,7 @@ import pytest
 from bench.irq_detection import STAGES, measure
 from scripts.stress import StressUnavailableError, require_stress_ng
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.host_load]
 
 
 def test_softirq_load_raises_the_irq_signals_and_idle_does_not(tmp_path: Path) -> None:

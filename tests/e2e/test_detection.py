@@ -16,7 +16,7 @@ from scripts.stress import PodLoad, StressUnavailableError
 from testkit.bodies import kube_args
 from tests.e2e.conftest import short_stale_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.host_load]
 
 
 def kube_score(stack: LocalStack) -> int:
@@ -272,6 +272,7 @@ def test_prometheus_down_goes_stale_and_neutral_then_recovers(stack_factory, tmp
     )
 
 
+@pytest.mark.exclusive  # admitted once the host's I/O pressure stays under 5 % for 20 s
 def test_real_io_stress_is_filtered_after_the_hold_and_admitted_after_the_clear(
     stack_factory, tmp_path
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 from scripts.procs import wait_until
 from tests.e2e.conftest import processes_with_marker, stack_processes
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.host_load]
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME = re.compile(r"^MCO local stack — (\d\d):(\d\d):(\d\d)")

@@ -25,6 +25,7 @@ from tests.exporter.test_real_host import start_exporter
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.host_load,
     pytest.mark.skipif(why_not_here() is not None, reason=str(why_not_here())),
 ]
 

@@ -20,7 +20,7 @@ from exporter.registry import CollectorConfig, specs
 from scripts.procs import Managed, free_port
 from tests.exporter.conftest import samples_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.host_load]
 
 EXPORTER = [sys.executable, "-m", "exporter"]
 

@@ -62,7 +62,7 @@ from testkit.rule_reference import (
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_CONFIG = Path(__file__).with_name("promtool") / "config.yaml"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.host_load]
 
 Key = tuple[str, str, tuple[tuple[str, str], ...]]  # node, name, extra labels
 RECORDED_SELECTOR = '{__name__=~"' + "|".join(n.replace(":", ":") for n in RECORDED_NAMES) + '"}'
