@@ -69,6 +69,7 @@ def io_triggered_in_report(stack: LocalStack) -> bool:
     return state.get("triggered") is True
 
 
+@pytest.mark.exclusive  # host-wide I/O pressure: another test's disk writes would be in it
 def test_io_stress_triggers_io_congestion_and_lowers_the_score(stack_factory) -> None:
     stack: LocalStack = stack_factory()
     stack.start()
@@ -306,6 +307,7 @@ def test_real_io_stress_is_filtered_after_the_hold_and_admitted_after_the_clear(
     assert time.monotonic() - stopped >= 20, admitted_after
 
 
+@pytest.mark.exclusive  # host-wide I/O pressure: another test's disk writes would be in it
 def test_a_pod_at_its_own_io_limit_neither_marks_nor_filters_the_node(stack_factory) -> None:
     """`make run STRESS=io-limited`: a real pod writes as fast as its own blk-throttle limit
     lets it and stalls on I/O; it is self-limited, and the node stays schedulable with
@@ -340,6 +342,7 @@ def test_a_pod_at_its_own_io_limit_neither_marks_nor_filters_the_node(stack_fact
     assert node_io is not None and node_io >= warn, node_io  # what judged the node before
 
 
+@pytest.mark.exclusive  # host-wide I/O pressure: another test's disk writes would be in it
 def test_a_pod_whose_reads_queue_behind_another_pods_writes_marks_the_node(
     stack_factory,
 ) -> None:

@@ -188,16 +188,19 @@ def io_stress(exporter: str, tmp_path_factory) -> IOStress:
     return IOStress(idle, stressed, bool(success["biolatency"]))
 
 
+@pytest.mark.exclusive  # idle and stressed windows: another test's disk I/O is neither
 def test_real_io_stress_raises_diskstats_completions(io_stress: IOStress) -> None:
     io_stress.check("completed", "diskstats completed I/Os")
 
 
+@pytest.mark.exclusive  # idle and stressed windows: another test's disk I/O is neither
 def test_real_io_stress_raises_io_pressure(io_stress: IOStress) -> None:
     if not Path("/proc/pressure/io").exists():
         pytest.skip("this kernel has no PSI (/proc/pressure/io absent)")
     io_stress.check("psi", "PSI io some stall seconds")
 
 
+@pytest.mark.exclusive  # idle and stressed windows: another test's disk I/O is neither
 def test_real_io_stress_fills_the_ebpf_histogram(io_stress: IOStress) -> None:
     if not io_stress.biolatency_on:
         # Off in the exporter: fine only if it cannot load here either; then say why.
