@@ -279,8 +279,8 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
 
 def test_a_node_without_data_counts_at_the_neutral_level_plus_its_own_reservation() -> None:
     """Placements on a node no report knows count as on a known node: they lower its score
-    (a burst spreads over such nodes) and, past the policy's maxLevel, reject it while a node
-    with data passes; alone it stays the fallback."""
+    (a burst spreads over such nodes) and, past the policy's maxLevel, reject it while another
+    node of the call has data; in a call with no data at all it still passes."""
     config = VerdictConfig()  # neutral 50: level 0.5
     store = ReportStore()
     store.replace_all([cluster_report({"quiet": entry(0.1, now=T0)})])
