@@ -311,6 +311,12 @@ def _victoriametrics_shards(
 
 
 def _levels(shards: list[_Shard]) -> list[int]:
+    """Nodes with a level on each shard; a shard process that exited (a port taken meanwhile,
+    a bad flag) fails the wait at once with its log instead of being polled until the timeout."""
+    for shard in shards:
+        for proc in shard.processes:
+            if not proc.alive:
+                raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
     return [int(s.query.value(f"count({INTERFERENCE_LEVEL})") or 0) for s in shards]
 
 

@@ -21,13 +21,47 @@ from typing import Any
 import requests
 import yaml
 
+# Ports are handed out below the kernel's ephemeral range, so that no client socket (ours or
+# another process's) takes one between the check and the server's bind, and each xdist worker
+# draws from its own lane, so that two workers never pick the same port at the same moment.
+_PORTS_FLOOR = 10000
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_next_port: int | None = None
+
+
+def _lane() -> tuple[int, int]:
+    """[low, high) for this process: a share of the ports below the ephemeral range."""
+    try:
+        ceiling = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ceiling = 32768
+    ceiling = max(ceiling, _PORTS_FLOOR + 1000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    lanes = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    index = int(worker) if worker.isdigit() else 0
+    count = max(int(lanes) if lanes.isdigit() else 1, index + 1)
+    width = (ceiling - _PORTS_FLOOR) // count
+    return _PORTS_FLOOR + index * width, _PORTS_FLOOR + (index + 1) * width
+
 
 def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago and that no other xdist worker and no
+    outgoing connection will pick meanwhile. Successive calls walk the lane from a random start
+    (a benchmark a test runs as a subprocess starts elsewhere from its parent)."""
+    global _next_port
+    low, high = _lane()
+    if _next_port is None or not low <= _next_port < high:
+        _next_port = low + int.from_bytes(os.urandom(2), "big") % (high - low)
+    for _ in range(high - low):
+        port = _next_port
+        _next_port = low + (port + 1 - low) % (high - low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free TCP port in {low}-{high - 1}")
 
 
 def wait_until(
@@ -191,7 +225,15 @@ class _PromQLServer(Managed):
         if at is not None:
             params["time"] = f"{at:.3f}"
         response = requests.get(f"{self.url}/api/v1/query", params=params, timeout=10)
-        body = response.json()
+        try:
+            body = response.json()
+        except requests.JSONDecodeError as exc:
+            # Still an OSError (retried by wait_until), but one that says who answered what.
+            raise requests.JSONDecodeError(
+                f"HTTP {response.status_code} from {self.url} is not JSON: {response.text[:200]!r}",
+                exc.doc,
+                exc.pos,
+            ) from exc
         if body.get("status") != "success":
             raise RuntimeError(f"query {expr!r} failed: {body.get('error', response.text)}")
         result: list[dict[str, Any]] = body["data"]["result"]

@@ -1,10 +1,12 @@
-"""scripts/procs.py's wait_until: retries only "not yet" errors, lets every other one through."""
+"""scripts/procs.py: wait_until retries only "not yet" errors; free_port never hands two workers
+the same port."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -76,3 +78,38 @@ def test_a_false_check_times_out_without_an_error() -> None:
         wait_until(lambda: False, timeout=0.2, interval=0.05, what="never")
     assert str(err.value) == "timed out after 0s waiting for never"
     assert err.value.__cause__ is None
+
+
+def _lane_ports(monkeypatch: pytest.MonkeyPatch, worker: str, count: int) -> set[int]:
+    import scripts.procs as procs
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+    monkeypatch.setattr(procs, "_next_port", None)
+    return {free_port() for _ in range(50)}
+
+
+def test_workers_draw_ports_from_disjoint_lanes_below_the_ephemeral_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CI failure this guards: a VictoriaMetrics shard's port, checked free by one worker,
+    # was bound meanwhile by another worker's server, and the shard answered nothing for 240 s.
+    first = _lane_ports(monkeypatch, "gw0", 2)
+    second = _lane_ports(monkeypatch, "gw1", 2)
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert first.isdisjoint(second)
+    assert max(first) < min(second)
+    assert max(first | second) < ephemeral_low
+
+
+def test_a_port_in_use_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import scripts.procs as procs
+
+    taken = free_port()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", taken))
+        server.listen()
+        monkeypatch.setattr(procs, "_next_port", taken)
+        assert free_port() != taken
