@@ -15,7 +15,9 @@ Rules, the same as the extender's view of the report (``extender.judge``):
 * A node that leaves the report loses the taint.
 * Only the key ``mco.io/interference`` is ever written; every other taint is given back exactly
   as read (``reporter.nodeapi``), under the ``resourceVersion`` precondition (409: read again).
-* Writes are paced by a token bucket (``--taint-qps``, ``--taint-burst``); removals go first,
+* Requests are paced by a token bucket (``--taint-qps``, ``--taint-burst``): every patch and
+  every read of one Node spends a token, a conflict's re-read and retry included (the list at
+  the start of a term and at each resync does not); removals go first,
   so under the limit freeing nodes wins over filtering more. What the bucket holds back is
   done in a later cycle (``mco_reporter_taint_pending_nodes``).
 * One node's failure (404, 422, 403, conflicts that never settle) is counted and logged and the
@@ -73,6 +75,10 @@ def wanted(view: ReportView, stale_after: float, now: float) -> set[str]:
 
 def ours(taint: dict[str, Any]) -> bool:
     return taint.get("key") == TAINT_KEY
+
+
+class _OutOfTokens(Exception):
+    """The rate limit holds the next request back: the node waits for a later cycle."""
 
 
 class TokenBucket:
@@ -147,11 +153,13 @@ class NodeTainter:
         self.retry_at = -math.inf
         self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
         self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
+        self._conflicts: dict[str, int] = {}  # 409s of a change the rate limit interrupted
         self._listed_at = -math.inf
 
     def forget(self) -> None:
         """Leadership lost: the next term lists the Nodes again."""
         self._nodes = None
+        self._conflicts.clear()
         self.metrics.tainted_nodes.set(0)
         self.metrics.taint_pending.set(0)
 
@@ -189,13 +197,17 @@ class NodeTainter:
             for n in sorted(want)
             if (n in nodes and not nodes[n].tainted) or (n not in nodes and n not in self._absent)
         ]
-        stopped = False
+        stopped = spent = False
         for name, on in todo:
-            if stopped or not self.may_write() or not self.bucket.take():
+            if stopped or spent or not self.may_write():
                 result.pending += 1
                 continue
             try:
                 changed = await self._set(name, on)
+            except _OutOfTokens:
+                spent = True  # this node and the rest wait for the next cycle's tokens
+                result.pending += 1
+                continue
             except ApiError as exc:
                 self._error(result, exc, "tainting a node failed", node=name)
                 if exc.kind in _STOP_ROUND:
@@ -216,12 +228,18 @@ class NodeTainter:
 
     async def _set(self, name: str, on: bool) -> bool:
         """Give ``name`` MCO's taint (``on``) or take it away; False: nothing to do (already so,
-        or the Node is gone). 409: read the Node again and retry."""
+        or the Node is gone). 409: read the Node again and retry. Every request, the retries'
+        reads and patches included, spends a token first (``_OutOfTokens`` when there is none)."""
         nodes = self._nodes
         assert nodes is not None
-        for _ in range(_ATTEMPTS):
+        # Conflicts count across cycles: a node whose retries the bucket cuts short goes on
+        # from where it stopped, so one that never settles fails after _ATTEMPTS in all and
+        # cannot hold every later node back.
+        tries = self._conflicts.pop(name, 0)
+        while tries < _ATTEMPTS:
             known = nodes.get(name)
             if known is None or not known.rv:
+                self._spend_or_hold(name, tries)
                 fresh = await self.api.get(name)
                 if fresh is None:
                     nodes.pop(name, None)
@@ -234,11 +252,13 @@ class NodeTainter:
                 taints.append(dict(TAINT))
             if taints == known.taints:
                 return False
+            self._spend_or_hold(name, tries)
             try:
                 node = await self.api.patch_taints(name, taints, known.rv)
             except ApiError as exc:
                 if exc.kind == CONFLICT:
                     known.rv = ""
+                    tries += 1
                     continue
                 if exc.kind == NOT_FOUND:
                     nodes.pop(name, None)
@@ -250,6 +270,14 @@ class NodeTainter:
             nodes[name] = _Known.of(node)
             return True
         raise Conflict(409, f"Node {name}: still conflicting after {_ATTEMPTS} fresh reads")
+
+    def _spend_or_hold(self, name: str, tries: int) -> None:
+        """Take a token for the next request about ``name``; without one, remember its
+        conflicts so far and raise ``_OutOfTokens``."""
+        if not self.bucket.take():
+            if tries:
+                self._conflicts[name] = tries
+            raise _OutOfTokens
 
     def _error(self, result: TaintResult, exc: ApiError, what: str, **extra: str) -> None:
         result.errors.append(exc.kind)

@@ -308,6 +308,40 @@ async def test_the_rate_limit_spreads_a_fleet_wide_change(
     assert len(node_patches(kapi)) == 6 + 2 + 6
 
 
+async def test_conflict_retries_spend_tokens_too(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    """Issue 27: with every Node PATCH answering 409, 16 patches and 15 reads went out in 2 s
+    at qps 2, burst 2 (the limit allows 6): each retry's read and patch spends a token."""
+    kapi = nodes_served
+    names = [f"n{i}" for i in range(8)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, qps=2.0, burst=2)
+    kapi.fail("update", 409, times=10_000)
+    hot = {n: node(True) for n in names}
+    pending = []
+    for _ in range(3):  # at 1 s, 2 s and 3 s of the clock: 2 tokens, then 2 a second
+        result = await rig.cycle(hot)
+        pending.append(result.pending)
+        assert not result.added and not result.errors
+    one_by_one = [r for r in kapi if r.resource == NODES and r.name is not None]
+    # 6 requests in those 2 s, each a conflict's patch or the fresh read after it.
+    assert [(r.method.value, r.name) for r in one_by_one] == [("PATCH", "n0"), ("GET", "n0")] * 3
+    # Every node the bucket held back waits for a later cycle, none is dropped or failed.
+    assert pending == [8, 8, 8]
+    # The conflicts count across cycles: n0's fourth fails it, and n1 gets its turn.
+    result = await rig.cycle(hot)
+    assert result.errors == ["conflict"] and result.pending == 7
+    assert rig.metric("mco_reporter_taint_errors_total", kind="conflict") == 1
+    one_by_one = [r for r in kapi if r.resource == NODES and r.name is not None]
+    assert [(r.method.value, r.name) for r in one_by_one[6:]] == [("PATCH", "n0"), ("PATCH", "n1")]
+    # Once the conflicts stop, the same pace brings every node its taint.
+    kapi._faults.clear()
+    for _ in range(10):
+        await rig.cycle(hot)
+    assert rig.tainter.tainted == set(names)
+
+
 async def test_an_unreachable_api_stops_the_round_and_backs_off(
     nodes_served: VersionedKubernetes, api_client: client.ApiClient
 ) -> None:
