@@ -48,6 +48,7 @@ REPORTER_TAINTS_REMOVED: Final = "mco_reporter_taints_removed_total"
 REPORTER_TAINT_ERRORS: Final = "mco_reporter_taint_errors_total"
 REPORTER_TAINTED_NODES: Final = "mco_reporter_tainted_nodes"
 REPORTER_TAINT_PENDING: Final = "mco_reporter_taint_pending_nodes"
+REPORTER_TAINT_HELD_BACK: Final = "mco_reporter_taint_held_back_nodes"
 
 # --- mco-extender (extender/metrics.py)
 EXTENDER_REPORT_LOADED: Final = "mco_extender_report_loaded"

@@ -43,7 +43,7 @@ from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
-from reporter.taints import NodeTainter
+from reporter.taints import DEFAULT_MAX_SHARE, NodeTainter
 from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
@@ -129,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="list every Node again this often (default 10m; 0: only at a leader term's start)",
     )
+    taints.add_argument(
+        "--taint-max-share",
+        type=float,
+        default=DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="most of the Nodes tainted at once; past it the rest are held back and left to the "
+        "extender (default %(default)s; 1: no bound)",
+    )
     web_ = p.add_argument_group("self-metrics")
     add_web_flags(web_, default_listen=DEFAULT_LISTEN, listen_help="; '' turns it off")
     add_log_flags(p)
@@ -183,6 +191,7 @@ async def run(settings: ReporterSettings) -> int:
             qps=settings.taint.qps,
             burst=settings.taint.burst,
             resync=settings.taint.resync,
+            max_share=settings.taint.max_share,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
     log.info(

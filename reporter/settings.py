@@ -26,6 +26,7 @@ class TaintSettings:
     qps: float = 5.0
     burst: int = 10
     resync: float = 600.0  # seconds between full Node lists; 0: only at a leader term's start
+    max_share: float = 0.5  # of the Nodes tainted at once (reporter.taints.DEFAULT_MAX_SHARE)
 
 
 def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
@@ -39,7 +40,9 @@ def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
         raise ValueError("--taint-qps must be positive and --taint-burst at least 1")
     if args.taint_resync < 0:
         raise ValueError("--taint-resync must not be negative")
-    return TaintSettings(args.taint_qps, args.taint_burst, args.taint_resync)
+    if not 0 < args.taint_max_share <= 1:
+        raise ValueError("--taint-max-share must be above 0 and at most 1")
+    return TaintSettings(args.taint_qps, args.taint_burst, args.taint_resync, args.taint_max_share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ class Rig:
         self.clock = Clock()
         self.metrics = ReporterMetrics()
         self.api = NodeApi(api_client, timeout=2)
+        kwargs.setdefault("max_share", 1.0)  # the share cap has tests of its own
         self.tainter = NodeTainter(self.api, self.metrics, clock=self.clock, **kwargs)
         self.t = T0
 
@@ -339,6 +340,58 @@ async def test_conflict_retries_spend_tokens_too(
     kapi._faults.clear()
     for _ in range(10):
         await rig.cycle(hot)
+    assert rig.tainter.tainted == set(names)
+
+
+async def test_the_share_of_nodes_tainted_at_once_is_bounded(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient, caplog
+) -> None:
+    """Issue 27: with every node violating, every node was tainted NoSchedule at once, which
+    stops every pod without the toleration. At most ``max_share`` of the Nodes carry the taint:
+    those already tainted keep it, then the highest levels; the rest are held back (counted,
+    logged once) and left to the extender's judgement."""
+    kapi = nodes_served
+    names = [f"n{i}" for i in range(10)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, max_share=0.5)
+
+    def hot(level: float, violated: bool = True) -> dict[tuple[Kind, str], float]:
+        values = node(violated)
+        values[(Kind.LEVEL, "")] = level
+        return values
+
+    fleet = {n: hot(0.1 * i) for i, n in enumerate(names)}  # n9 the worst
+    with caplog.at_level("WARNING", logger="mco.reporter.taints"):
+        result = await rig.cycle(fleet)
+        await rig.cycle(fleet)
+    assert sorted(result.added) == ["n5", "n6", "n7", "n8", "n9"]
+    assert sorted(result.held_back) == ["n0", "n1", "n2", "n3", "n4"]
+    assert sorted(n for n in names if TAINT in taints_of(kapi, n)) == sorted(result.added)
+    assert rig.metric("mco_reporter_taint_held_back_nodes") == 5
+    assert rig.metric("mco_reporter_tainted_nodes") == 5
+    held = [r for r in caplog.records if r.getMessage() == "taint share reached"]
+    assert len(held) == 1, "logged when the cap starts holding nodes back, not every cycle"
+    # A tainted node whose constraint clears frees a place: the next worst takes it, and a
+    # higher level elsewhere does not take a place from a node already tainted.
+    fleet = dict(fleet, n9=hot(0.9, violated=False), n0=hot(0.95))
+    for _ in range(2):
+        result = await rig.cycle(fleet)
+    assert rig.tainter.tainted == {"n0", "n5", "n6", "n7", "n8"}
+    # Once fewer nodes violate than the cap, nothing is held back.
+    calm = {n: hot(0.1, violated=n in {"n5", "n6"}) for n in names}
+    for _ in range(2):
+        result = await rig.cycle(calm)
+    assert rig.tainter.tainted == {"n5", "n6"} and result.held_back == []
+    assert rig.metric("mco_reporter_taint_held_back_nodes") == 0
+
+
+async def test_a_share_of_one_taints_every_violating_node(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    names = [f"n{i}" for i in range(4)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, max_share=1.0)
+    await rig.cycle({n: node(True) for n in names})
     assert rig.tainter.tainted == set(names)
 
 
