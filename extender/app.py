@@ -292,7 +292,7 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
         ),
     )
     vc = _volcano_routes(placements)
-    ring = app[DECISIONS] = decisions.Decisions()
+    ring = app[DECISIONS] = decisions.Decisions(max_bytes=config.decisions_memory)
 
     def route(name: str, answer: Answer) -> Handler:
         return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
