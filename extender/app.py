@@ -20,7 +20,7 @@ from extender.body import BodyBudget, BudgetExhausted, quiet_bad_requests, read_
 from extender.config import ExtenderConfig
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
-from extender.node_view import node_view
+from extender.node_view import node_view_chunks
 from extender.pod_watch import PodWatch
 from extender.report_file import follow_file
 from extender.report_watch import ReportWatch
@@ -45,6 +45,9 @@ RESERVATIONS = web.AppKey("reservations", Reservations)
 RESIDENTS = web.AppKey("residents", Residents)
 AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
 DECISIONS = web.AppKey("decisions", decisions.Decisions)
+# The costly read-only answers (/v1/nodes, /v1/explain) run one at a time: clients looping
+# them wait for each other, not the scheduler routes for all of them.
+READ_GATE = web.AppKey("read_gate", asyncio.Lock)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -199,10 +202,18 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def _nodes(request: web.Request) -> web.Response:
+async def _nodes(request: web.Request) -> web.StreamResponse:
+    """Streamed in chunks, the event loop given back between them, one answer at a time
+    (``READ_GATE``): a client looping it never holds a scheduler call longer than one chunk."""
     app = request.app
-    view = node_view(app[JUDGE], time.time())
-    return web.Response(body=_encode(view), content_type=_JSON)
+    async with app[READ_GATE]:
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        await response.prepare(request)
+        for piece in node_view_chunks(app[JUDGE], time.time()):
+            await response.write(piece)
+            await asyncio.sleep(0)  # the scheduler routes' turn
+        await response.write_eof()
+    return response
 
 
 def _source_ended(task: asyncio.Task[None]) -> None:
@@ -292,7 +303,7 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
         ),
     )
     vc = _volcano_routes(placements)
-    ring = app[DECISIONS] = decisions.Decisions()
+    ring = app[DECISIONS] = decisions.Decisions(max_bytes=config.decisions_memory)
 
     def route(name: str, answer: Answer) -> Handler:
         return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
@@ -308,7 +319,10 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+    app[READ_GATE] = asyncio.Lock()
     app.router.add_get("/v1/nodes", _nodes)
-    app.router.add_post("/v1/explain", explain_route(judge, config.max_body_bytes, budget))
+    app.router.add_post(
+        "/v1/explain", explain_route(judge, config.max_body_bytes, budget, app[READ_GATE])
+    )
     app.router.add_get("/v1/decisions", decisions_route(ring))
     return app

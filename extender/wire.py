@@ -68,6 +68,7 @@ class Pod(msgspec.Struct, gc=False):
 
 
 MAX_NAME = 253  # a Kubernetes object name (DNS-1123 subdomain) is at most this long
+MAX_NAMESPACE = 63  # a namespace is a DNS-1123 label
 
 
 def runtime_class(pod: Pod | None) -> str | None:
@@ -80,10 +81,15 @@ def runtime_class(pod: Pod | None) -> str | None:
 
 
 def pod_key(pod: Pod | None) -> str:
-    """``namespace/name`` of the pod ("" when the request did not name it)."""
+    """``namespace/name`` of the pod ("" when the request did not name it). A name or namespace
+    longer than Kubernetes allows is refused: the key is held by the decisions ring."""
     meta = pod.metadata if pod is not None else None
     if meta is None or not meta.name:
         return ""
+    if len(meta.name) > MAX_NAME:
+        raise BadRequest(f"pod metadata.name longer than {MAX_NAME} characters")
+    if len(meta.namespace) > MAX_NAMESPACE:
+        raise BadRequest(f"pod metadata.namespace longer than {MAX_NAMESPACE} characters")
     return f"{meta.namespace or 'default'}/{meta.name}"
 
 

@@ -156,6 +156,10 @@ def openapi_schema() -> dict[str, Any]:
     conditions = props["status"]["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
+    # Unique policy names, as the DetectionRuleConfig's CEL rule says (readers key by name).
+    policies = props["status"]["properties"]["config"]["properties"]["policies"]
+    policies["x-kubernetes-list-type"] = "map"
+    policies["x-kubernetes-list-map-keys"] = ["name"]
     schema["description"] = (
         "Per-node hardware interference as seen by MCO, written by mco-reporter. Layouts: one "
         "object named cluster holding every node, or one object per node named after it."

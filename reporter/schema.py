@@ -24,7 +24,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from mco.policy import Policy
+from mco.policy import MAX_POLICIES, Policy, check_policy_names
 from rulegen.durations import parse_duration
 
 GROUP: Final = "mco.io"
@@ -141,10 +141,16 @@ class ReportConfig(msgspec.Struct, rename="camel", omit_defaults=True):
 
     stale_after: str  # a DetectionRuleConfig duration, e.g. 30s
     neutral_score: Annotated[float, msgspec.Meta(ge=0, le=100)]
-    policies: list[Policy] = msgspec.field(default_factory=list)
+    # At most as many as rulegen accepts, names unique: readers key tables by policy name.
+    policies: Annotated[list[Policy], msgspec.Meta(max_length=MAX_POLICIES)] = msgspec.field(
+        default_factory=list
+    )
     generation: int | None = None  # None: the config came from a file or the defaults
     detections: dict[str, DetectionConfig] | None = None
     hard_constraints: dict[str, ConstraintConfig] | None = None
+
+    def __post_init__(self) -> None:
+        check_policy_names(self.policies)  # a ValueError is a decode error (msgspec)
 
     def stale_after_seconds(self) -> float:
         """``staleAfter`` in seconds; ValueError when it is not a positive duration."""
