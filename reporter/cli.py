@@ -44,6 +44,7 @@ from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
 from reporter.taints import DEFAULT_MAX_SHARE, NodeTainter
+from reporter.tiers import NodeTierLabeller
 from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
@@ -137,6 +138,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="most of the Nodes tainted at once; past it the rest are held back and left to the "
         "extender (default %(default)s; 1: no bound)",
     )
+    tiers = p.add_argument_group(
+        "tier-label mode",
+        "keep the label mco.io/interference-tier=low|medium|high on every node with fresh data, "
+        "with hysteresis, so schedulers score it through preferred node affinity without calling "
+        "the extender (needs RBAC on nodes: get, list, patch)",
+    )
+    tiers.add_argument(
+        "--tier-label-nodes", action="store_true", help="turn the tier-label mode on (default off)"
+    )
+    tiers.add_argument(
+        "--tier-medium-at", type=float, default=0.3, help="level entering medium (default 0.3)"
+    )
+    tiers.add_argument(
+        "--tier-high-at", type=float, default=0.6, help="level entering high (default 0.6)"
+    )
+    tiers.add_argument(
+        "--tier-margin",
+        type=float,
+        default=0.1,
+        help="leave a tier only below its threshold minus this (default 0.1)",
+    )
+    tiers.add_argument(
+        "--tier-hold",
+        type=duration,
+        default=120.0,
+        metavar="DURATION",
+        help="... and after this long below it (default 2m)",
+    )
+    tiers.add_argument(
+        "--tier-qps", type=float, default=5.0, help="Node requests per second (default 5)"
+    )
+    tiers.add_argument(
+        "--tier-burst", type=int, default=10, help="Node requests at once (default 10)"
+    )
+    tiers.add_argument(
+        "--tier-resync",
+        type=duration,
+        default=600.0,
+        metavar="DURATION",
+        help="list every Node again this often (default 10m; 0: only at a leader term's start)",
+    )
     web_ = p.add_argument_group("self-metrics")
     add_web_flags(web_, default_listen=DEFAULT_LISTEN, listen_help="; '' turns it off")
     add_log_flags(p)
@@ -194,6 +236,17 @@ async def run(settings: ReporterSettings) -> int:
             max_share=settings.taint.max_share,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
+    labeller: NodeTierLabeller | None = None
+    if api_client is not None and settings.tiers is not None:
+        labeller = NodeTierLabeller(
+            NodeApi(api_client, timeout=settings.api_timeout),
+            metrics,
+            rule=settings.tiers.rule,
+            qps=settings.tiers.qps,
+            burst=settings.tiers.burst,
+            resync=settings.tiers.resync,
+            may_write=elector.is_leader if elector is not None else (lambda: True),
+        )
     log.info(
         "starting",
         extra={
@@ -202,6 +255,7 @@ async def run(settings: ReporterSettings) -> int:
             "layout": settings.layout,
             "interval_s": settings.interval,
             "taint_nodes": tainter is not None,
+            "tier_label_nodes": labeller is not None,
         },
     )
     runner = None
@@ -223,6 +277,7 @@ async def run(settings: ReporterSettings) -> int:
                 live_within=settings.live_within,
                 refresh_after=settings.refresh_after,
                 tainter=tainter,
+                labeller=labeller,
             )
             if settings.once:
                 await rules.refresh()

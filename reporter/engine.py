@@ -3,7 +3,8 @@
 One cycle is one instant query (``reporter.query``; one per shard, merged by
 ``reporter.shards``, when there are several sources), the tracker's update
 (``reporter.tracker``), then the sink's write and, with ``--taint-nodes``, the Nodes' taints
-(``reporter.taints``); ``lead`` repeats it every interval for one
+(``reporter.taints``) and, with ``--tier-label-nodes``, their tier labels (``reporter.tiers``);
+``lead`` repeats it every interval for one
 leader term (the whole run without leader election), following the DetectionRuleConfig
 meanwhile. The CLI, the tests and the benchmark all drive this module.
 """
@@ -30,6 +31,7 @@ from reporter.shards import gather
 from reporter.sink import Sink, SinkResult
 from reporter.taints import NodeTainter, TaintResult
 from reporter.thresholds import constraint_configs, detection_configs
+from reporter.tiers import NodeTierLabeller, TierResult
 from reporter.tracker import CycleResult, Tracker
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
@@ -45,6 +47,7 @@ class Outcome:
     result: CycleResult | None = None
     written: SinkResult | None = None  # what the sink did (None: it was not reached)
     taints: TaintResult | None = None  # what the taint mode did (None: off, or not reached)
+    tiers: TierResult | None = None  # what the tier-label mode did (None: off, or not reached)
 
 
 def report_config(cfg: DetectionRuleConfig, generation: int | None) -> ReportConfig:
@@ -82,6 +85,7 @@ class Reporter:
         live_within: float | None = None,
         refresh_after: float = 0.0,
         tainter: NodeTainter | None = None,
+        labeller: NodeTierLabeller | None = None,
     ) -> None:
         # One source, or one per shard (the same query layer's URL given twice is refused).
         self.sources = (source,) if isinstance(source, PromQLClient) else tuple(source)
@@ -96,6 +100,7 @@ class Reporter:
         self.live_within = live_within
         self.refresh_after = refresh_after
         self.tainter = tainter  # --taint-nodes: None when off (no Node is ever touched)
+        self.labeller = labeller  # --tier-label-nodes: None when off (no label is touched)
         self._config = rules.config
         self._report_config = report_config(rules.config, rules.generation)
         self._culprits = self._culprits_query(self._config)
@@ -129,6 +134,8 @@ class Reporter:
         self.sink.forget()
         if self.tainter is not None:
             self.tainter.forget()
+        if self.labeller is not None:
+            self.labeller.forget()
 
     async def seed(self) -> None:
         """Start from what the sink already holds, so unchanged nodes are not rewritten and a
@@ -210,6 +217,9 @@ class Reporter:
             # After the report: the taints follow the entries just written, and the same
             # staleAfter the extender applies to them.
             outcome.taints = await self.tainter.sync(view, float(cfg.report.stale_after), at)
+        if self.labeller is not None:
+            # The tier labels likewise: the entries just written, with the same staleAfter.
+            outcome.tiers = await self.labeller.sync(view, float(cfg.report.stale_after), at)
         # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
         # reached the readers: a sink that fails or backs off leaves them with old data.
         if queried and written.delivered:

@@ -17,6 +17,7 @@ from mco.settings import (
 from mco.source_flags import source_configs
 from mco.webconfig import WebSettings
 from reporter.layout import DEFAULT_MAX_BYTES, LayoutMode
+from reporter.tiers import TierRule
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,34 @@ def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
 
 
 @dataclass(frozen=True, slots=True)
+class TierSettings:
+    """The tier-label mode's thresholds and pace (``reporter.tiers``)."""
+
+    rule: TierRule = field(default_factory=TierRule)
+    qps: float = 5.0
+    burst: int = 10
+    resync: float = 600.0
+
+
+def tier_settings(args: argparse.Namespace) -> TierSettings | None:
+    if not args.tier_label_nodes:
+        return None
+    if args.output is not None:
+        raise ValueError(
+            "--tier-label-nodes patches Nodes through the Kubernetes API: not with --output"
+        )
+    if not args.tier_qps > 0 or args.tier_burst < 1:
+        raise ValueError("--tier-qps must be positive and --tier-burst at least 1")
+    if args.tier_resync < 0:
+        raise ValueError("--tier-resync must not be negative")
+    try:
+        rule = TierRule(args.tier_medium_at, args.tier_high_at, args.tier_margin, args.tier_hold)
+    except ValueError as exc:
+        raise ValueError(f"--tier-*: {exc}") from None
+    return TierSettings(rule, args.tier_qps, args.tier_burst, args.tier_resync)
+
+
+@dataclass(frozen=True, slots=True)
 class ReporterSettings:
     sources: tuple[SourceConfig, ...]  # one, or one per shard (the same flags, another URL)
     interval: float = 1.0
@@ -62,6 +91,7 @@ class ReporterSettings:
     kubeconfig: str | None = None
     api_timeout: float = 10.0
     taint: TaintSettings | None = None  # --taint-nodes; None: off, no Node is touched
+    tiers: TierSettings | None = None  # --tier-label-nodes; None: off, no label is touched
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     web: WebSettings | None = None  # None: no self-metrics server (--web.listen-address='')
     log: LogSettings = field(default_factory=LogSettings)
@@ -93,6 +123,7 @@ class ReporterSettings:
             kubeconfig=args.kubeconfig,
             api_timeout=args.api_timeout,
             taint=taint_settings(args),
+            tiers=tier_settings(args),
             leader=leader_settings(args),
             web=web_settings(args) if args.listen else None,
             log=log_settings(args),
