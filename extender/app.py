@@ -22,6 +22,7 @@ from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
 from extender.node_view import node_view_chunks
 from extender.pod_watch import PodWatch
+from extender.profiles import Profiles
 from extender.report_file import follow_file
 from extender.report_watch import ReportWatch
 from extender.reports import ReportStore
@@ -277,6 +278,9 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     judge = app[JUDGE] = Judge(store, config.verdict, reservations=reservations)
     # The pods on each node (fed by --watch-pods), for policies with avoidPolicies.
     judge.residents = app[RESIDENTS] = Residents(lambda labels: judge.policy_for(labels).name)
+    # Learned workload profiles (status.profiles): a term for pods of a known workload.
+    if config.profile_weight > 0:
+        judge.profiles = Profiles(store, config.profile_weight)
     # Staleness follows the config in force (the report's status.config once it has one).
     metrics = ExtenderMetrics(
         store, lambda: judge.config.stale_after, config.verdict.clock_skew, reservations

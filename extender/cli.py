@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="kube-scheduler placements: watch pods bound to nodes (RBAC: list, watch pods)",
     )
+    parser.add_argument(
+        "--profile-weight",
+        type=float,
+        default=0.5,
+        help="what the learned workload profiles of the report (status.profiles) weigh, 0-1: "
+        "the harm predicted from the residents' profiles floors the level, the harm predicted "
+        "to them comes off the score (default 0.5; 0: off; residents come from --watch-pods)",
+    )
     server = parser.add_argument_group("server")
     server.add_argument(
         "--max-body-size",
@@ -197,6 +205,7 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         max_body_bytes=args.max_body_size,
         max_body_memory=args.max_body_memory,
         decisions_memory=args.decisions_memory,
+        profile_weight=args.profile_weight,
     )
 
 

@@ -108,6 +108,12 @@ class ExtenderConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_body_memory: int = DEFAULT_MAX_BODY_MEMORY
     decisions_memory: int = DEFAULT_DECISIONS_MEMORY
+    # What the learned workload profiles weigh (extender.profiles); 0 turns them off.
+    profile_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.profile_weight <= 1:
+            raise ValueError("--profile-weight must be within 0-1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from extender.config import CLOCK_SKEW, SourceConfig
 from extender.metrics import ExtenderMetrics
 from extender.reservation import POD_WATCH, AmountFor, Placement, Reservations
 from extender.residents import Residents
+from extender.wire import OwnerReference, owner_workload
 from mco.apierrors import ApiError
 from mco.watch import RESTART_ERROR, ListWatch, Resource, WatchSettings
 from reporter.schema import parse_time
@@ -45,6 +46,9 @@ class _Meta(msgspec.Struct, rename="camel", gc=False):
     uid: str = ""
     labels: dict[str, str] | None = None
     creation_timestamp: str | None = None
+    name: str = ""
+    namespace: str = ""
+    owner_references: list[OwnerReference] | None = None  # its workload (extender.profiles)
 
 
 class _Spec(msgspec.Struct, rename="camel", gc=False):
@@ -175,7 +179,9 @@ class PodWatch:
         uid, node = pod.metadata.uid, pod.spec.node_name
         if self._residents is not None:
             if node and pod.status.phase not in _FINISHED:
-                self._residents.put(uid, node, pod.metadata.labels or {})
+                meta = pod.metadata
+                workload = owner_workload(meta.namespace, meta.owner_references, meta.name)
+                self._residents.put(uid, node, meta.labels or {}, workload)
             else:
                 self._residents.remove(uid)
         at = placed_at(pod)

@@ -39,6 +39,7 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.nodeapi import NodeApi
+from reporter.profiles import DEFAULT_HALF_LIFE, DEFAULT_MAX_WORKLOADS, ProfileBook
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
@@ -99,6 +100,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="also rewrite a live entry whose sampleTime is older than this (for readers that "
         "ignore the heartbeat; 0: never)",
+    )
+    prof = p.add_argument_group(
+        "workload profiles",
+        "learn from the victims and aggressors which workloads pollute and which suffer, per "
+        "resource, into status.profiles (off with --compact: no lists are asked for)",
+    )
+    prof.add_argument(
+        "--profile-half-life",
+        type=duration,
+        default=DEFAULT_HALF_LIFE,
+        metavar="DURATION",
+        help="what a profile learned weighs half as much after this (default 1h)",
+    )
+    prof.add_argument(
+        "--profile-max-workloads",
+        type=int,
+        default=DEFAULT_MAX_WORKLOADS,
+        help="profiles kept at most; the least observed go first (default 500)",
+    )
+    prof.add_argument(
+        "--profile-publish-interval",
+        type=duration,
+        default=30.0,
+        metavar="DURATION",
+        help="write status.profiles at most this often (default 30s; 0: never)",
     )
     kube = p.add_argument_group("Kubernetes")
     kube.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube")
@@ -278,6 +304,8 @@ async def run(settings: ReporterSettings) -> int:
                 refresh_after=settings.refresh_after,
                 tainter=tainter,
                 labeller=labeller,
+                profiles=ProfileBook(settings.profile_half_life, settings.profile_max_workloads),
+                profile_interval=settings.profile_publish_interval,
             )
             if settings.once:
                 await rules.refresh()
