@@ -319,6 +319,8 @@ def _taken(verdict: Verdict, config: VerdictConfig) -> str:
         return "hard constraint: rejected"
     if reason == Reason.MAX_LEVEL:
         return "policy maxLevel: rejected"
+    if reason == Reason.LEAST_INTERFERED:
+        return "least interfered: passed, no node of the call is within the policy's limits"
     return "scored by level"
 
 

@@ -19,7 +19,10 @@
    So pods do not pile onto the node MCO knows nothing about while known quiet nodes are
    there, and still schedule where MCO has no data at all or every node with data is over
    its limit (docs/extender.md, "Nodes without data").
-5. The answer: one verdict per node, in the order asked.
+5. Never starve (``extender.fallback``): where no node of the call passes and some were
+   rejected by a limit of the policy (maxLevel, hard constraints, no data), the least
+   interfered of those pass, reason ``least_interfered``.
+6. The answer: one verdict per node, in the order asked.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from operator import itemgetter
 from typing import Final, Protocol
 
 from extender.config import VerdictConfig
+from extender.fallback import least_interfered
 from extender.policy import LiveConfig, PolicySet, from_report
 from extender.reports import ReportStore
 from extender.reservation import Reservations
@@ -180,9 +184,11 @@ class Judge:
         pod: PodFacts,
         now: float,
         nodes: Sequence[NodeFacts] | None = None,
+        fallback: bool = True,
     ) -> list[Verdict]:
-        """Steps 2-5 for the nodes ``names`` of one call; ``nodes``: the same nodes with what the
-        request told about each (their Kata labels), when it carried them."""
+        """Steps 2-6 for the nodes ``names`` of one call; ``nodes``: the same nodes with what the
+        request told about each (their Kata labels), when it carried them; ``fallback``: False
+        where the call is not every candidate (Volcano's predicate, one node a call)."""
         # 2. The cached table verdicts, or node by node where the nodes' Kata labels count.
         # Whether a verdict may be ``unproven`` is known without reading them all (step 4).
         kata_nodes = nodes if nodes is not None and pod.wants_kata else None
@@ -211,11 +217,15 @@ class Judge:
                     unproven = unproven or verdict.unproven
             _put(names, verdicts, redo)
         # 4. No data is no proof, where other nodes of the call have data.
-        return settle(verdicts, pod.policy, self.config) if unproven else verdicts
+        if unproven:
+            verdicts = settle(verdicts, pod.policy, self.config)
+        # 5. Never starve: where no node passes a limit, the least interfered do.
+        return least_interfered(verdicts, pod.policy, self.config) if fallback else verdicts
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
-        """The pass for a call about one node (Volcano's predicate)."""
-        return self.verdicts((facts.name,), pod, now, (facts,))[0]
+        """The pass for a call about one node (Volcano's predicate; its fallback is
+        ``extender.fallback.Rounds``, across the task's calls)."""
+        return self.verdicts((facts.name,), pod, now, (facts,), fallback=False)[0]
 
     def terms(self, name: str, policy: Policy, now: float) -> NodeTerms:
         """What the per-node adjustments add to node ``name`` (for explain and /v1/nodes)."""
@@ -313,7 +323,7 @@ def settle(verdicts: list[Verdict], policy: Policy, config: VerdictConfig) -> li
     if not any(v.reason in _WITH_DATA for v in verdicts):
         return verdicts  # no data anywhere: fail open, the scores spread the pods
     rejected = no_data(policy, config)
-    return [rejected if v.unproven else v for v in verdicts]
+    return [rejected._replace(level=v.level) if v.unproven else v for v in verdicts]
 
 
 def _put(names: Sequence[str], verdicts: list[Verdict], redo: Mapping[str, Verdict]) -> None:

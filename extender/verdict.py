@@ -56,8 +56,13 @@ class Reason:
     # No fresh data, under a policy with maxLevel, while other nodes of the same call have data
     # (extender.judge: "no data is no proof").
     NO_DATA: Final = "no_data"
+    # Rejected by one of the policy's limits (maxLevel, hard constraints, no data), yet passed:
+    # no node of the call is within them, and this one is among the least interfered
+    # (extender.fallback: a limit never leaves a pod pending while nodes fit it).
+    LEAST_INTERFERED: Final = "least_interfered"
     ALL: Final = (
-        OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA
+        OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA,
+        LEAST_INTERFERED,
     )  # fmt: skip
 
 
@@ -71,6 +76,9 @@ class Verdict(NamedTuple):
     # Passed without fresh data although the policy has a maxLevel that the neutral level (plus
     # the node's reservation) exceeds: the call rejects it where other nodes have data.
     unproven: bool = False
+    # The level the node counts as for the pod (measured or neutral, plus reservation, at least
+    # triggeredLevel where triggered): what ranks rejected nodes for the fallback.
+    level: float = 0.0
 
     @property
     def volcano_code(self) -> int:
@@ -87,6 +95,7 @@ def _verdict(
     score: float,
     unresolvable: bool,
     unproven: bool = False,
+    level: float = 0.0,
 ) -> Verdict:
     return Verdict(
         passed,
@@ -96,6 +105,7 @@ def _verdict(
         min(10, max(0, int(score / 10 + 0.5))),
         unresolvable,
         unproven,
+        level,
     )
 
 
@@ -128,14 +138,14 @@ def _missing(
 ) -> Verdict:
     """No fresh data. Fail-closed: rejected. Fail-open: passed at the neutral level plus the
     node's reservation, and ``unproven`` when that is above the policy's maxLevel."""
+    level = neutral_level(config) + terms.reserved
     if config.fail_closed:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
-        return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable)
-    level = neutral_level(config) + terms.reserved
+        return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable, level=level)
     unproven = policy.max_level is not None and level > policy.max_level
     if terms == NO_TERMS:
         message = f"{message}: neutral score"
-        return _verdict(True, reason, message, config.neutral_score, False, unproven)
+        return _verdict(True, reason, message, config.neutral_score, False, unproven, level)
     score = weighted_score(min(1.0, level), policy.score_weight, config.neutral_score)
     said = [f"{message}: neutral score"]
     if terms.reserved > 0:
@@ -144,7 +154,7 @@ def _missing(
         score = round(max(0.0, score - 100.0 * terms.avoided), 6)
         said.append(f"- {100 * terms.avoided:.4g} for pods of "
                     f"{', '.join(policy.avoid_policies)} on the node (avoidPolicies)")  # fmt: skip
-    return _verdict(True, reason, " ".join(said), score, False, unproven)
+    return _verdict(True, reason, " ".join(said), score, False, unproven, level)
 
 
 def no_data(policy: Policy, config: VerdictConfig) -> Verdict:
@@ -238,14 +248,21 @@ def decide(
     if not entry.schedulable:
         if policy.hard_constraints == "Enforce":
             unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+            base = neutral_level(config) if entry.level is None else entry.level
             return _verdict(
-                False, Reason.HARD_CONSTRAINT, _violation_text(node.name, entry), 0.0, unresolvable
+                False,
+                Reason.HARD_CONSTRAINT,
+                _violation_text(node.name, entry),
+                0.0,
+                unresolvable,
+                level=min(1.0, max(0.0, base) + reserved),
             )
         note = f"hard constraints ignored by policy {policy.name}"
     if entry.level is None:
         message = "mco: no detection had data: neutral score"
         return _verdict(True, Reason.NO_LEVEL, f"{message}; {note}" if note else message,
-                        config.neutral_score, False)  # fmt: skip
+                        config.neutral_score, False,
+                        level=neutral_level(config) + reserved)  # fmt: skip
     measured = min(1.0, max(0.0, entry.level))
     floor = ""
     if policy.triggered_level > measured:
@@ -264,6 +281,7 @@ def decide(
             f"{policy.max_level:g}, the maxLevel of policy {policy.name}",
             0.0,
             unresolvable,
+            level=level,
         )
     score = weighted_score(level, policy.score_weight, config.neutral_score)
     said = [note] if note else []
@@ -277,4 +295,5 @@ def decide(
                        f"(pods placed since the data) = {level:.4g}")  # fmt: skip
     if floor:
         said.insert(0, f"level {measured:.4g}{floor}")
-    return _verdict(True, Reason.OK, f"mco: {'; '.join(said)}" if said else "", score, False)
+    message = f"mco: {'; '.join(said)}" if said else ""
+    return _verdict(True, Reason.OK, message, score, False, level=level)
