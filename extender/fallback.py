@@ -30,7 +30,9 @@ from extender.verdict import Reason, Verdict, weighted_score
 from mco.policy import Policy
 
 # Rejections by a policy's limits, which the fallback may turn into passes.
-LIMITS: Final = frozenset((Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT, Reason.NO_DATA))
+LIMITS: Final = frozenset(
+    (Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT, Reason.NO_DATA, Reason.AVOIDED)
+)
 # Nodes within this much of the least interfered pass too: near-ties, so that a burst is not
 # herded onto one node (each placement's reservation moves it up the ranking anyway).
 MARGIN: Final = 0.05

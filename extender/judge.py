@@ -60,7 +60,7 @@ log = logging.getLogger("mco.extender.judge")
 _UNPROVEN = itemgetter(6)  # Verdict.unproven, read at C speed
 # Reasons only a node with fresh data gets (step 4: one such node makes "no data" a rejection).
 _WITH_DATA: Final = frozenset(
-    (Reason.OK, Reason.NO_LEVEL, Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT)
+    (Reason.OK, Reason.NO_LEVEL, Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT, Reason.AVOIDED)
 )
 
 
@@ -102,24 +102,35 @@ class ReservationTerm:
 
 
 class AvoidTerm:
-    """The pods on the node that the policy keeps away from (``avoidPolicies``)."""
+    """The pods on the node that the policy keeps away from (``avoidPolicies``, scored or, with
+    ``avoidFilter``, filtered) and those of its own policy it gathers with (``gatherPerPod``)."""
 
     def __init__(self, residents: Residents) -> None:
         self.residents = residents
 
     def touched(self, names: Sequence[str], policy: Policy, now: float) -> set[str]:
-        if not policy.avoid_policies or policy.avoid_per_pod <= 0:
-            return set()
-        return self.residents.nodes_with(policy.avoid_policies).intersection(names)
+        found: set[str] = set()
+        if policy.avoid_policies and (policy.avoid_per_pod > 0 or policy.avoid_filter):
+            found = self.residents.nodes_with(policy.avoid_policies).intersection(names)
+        if policy.gather_per_pod > 0:
+            found |= self.residents.nodes_with((policy.name,)).intersection(names)
+        return found
 
     def add(
         self, terms: NodeTerms, name: str, held_until: float, policy: Policy, now: float
     ) -> NodeTerms:
-        if not policy.avoid_policies or policy.avoid_per_pod <= 0:
-            return terms
-        count = self.residents.count(name, policy.avoid_policies)
-        avoided = min(1.0, count * policy.avoid_per_pod)
-        return terms._replace(avoided=avoided) if avoided > 0 else terms
+        if policy.avoid_policies and (policy.avoid_per_pod > 0 or policy.avoid_filter):
+            count = self.residents.count(name, policy.avoid_policies)
+            avoided = min(1.0, count * policy.avoid_per_pod)
+            if avoided > 0:
+                terms = terms._replace(avoided=avoided)
+            if policy.avoid_filter and count > 0:
+                terms = terms._replace(kept_off=count)
+        if policy.gather_per_pod > 0:
+            gathered = min(1.0, self.residents.count(name, (policy.name,)) * policy.gather_per_pod)
+            if gathered > 0:
+                terms = terms._replace(gathered=gathered)
+        return terms
 
 
 class Judge:

@@ -34,6 +34,8 @@ class NodeTerms(NamedTuple):
 
     reserved: float = 0.0  # level expected from pods placed since the data (extender.reservation)
     avoided: float = 0.0  # x 100 off the score for pods the policy keeps away from (residents)
+    kept_off: int = 0  # pods there the policy keeps away from, when it filters (avoidFilter)
+    gathered: float = 0.0  # x 100 onto the score for pods of the same policy (gatherPerPod)
 
 
 NO_TERMS: Final = NodeTerms()
@@ -60,9 +62,11 @@ class Reason:
     # no node of the call is within them, and this one is among the least interfered
     # (extender.fallback: a limit never leaves a pod pending while nodes fit it).
     LEAST_INTERFERED: Final = "least_interfered"
+    # A pod of the policy's avoidPolicies runs there, and the policy filters (avoidFilter).
+    AVOIDED: Final = "avoided"
     ALL: Final = (
         OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA,
-        LEAST_INTERFERED,
+        LEAST_INTERFERED, AVOIDED,
     )  # fmt: skip
 
 
@@ -150,11 +154,29 @@ def _missing(
     said = [f"{message}: neutral score"]
     if terms.reserved > 0:
         said.append(f"- reservation {terms.reserved:.4g} (pods placed on it recently)")
+    if terms.kept_off > 0:
+        return _avoided(policy, config, terms, level)
     if terms.avoided > 0:
         score = round(max(0.0, score - 100.0 * terms.avoided), 6)
         said.append(f"- {100 * terms.avoided:.4g} for pods of "
                     f"{', '.join(policy.avoid_policies)} on the node (avoidPolicies)")  # fmt: skip
+    if terms.gathered > 0:
+        score = round(min(100.0, score + 100.0 * terms.gathered), 6)
+        said.append(f"+ {100 * terms.gathered:.4g} for pods of {policy.name} on the node "
+                    "(gatherPerPod)")  # fmt: skip
     return _verdict(True, reason, " ".join(said), score, False, unproven, level)
+
+
+def _avoided(policy: Policy, config: VerdictConfig, terms: NodeTerms, level: float) -> Verdict:
+    """A node running pods the policy keeps off, under ``avoidFilter``: rejected, ranked for the
+    fallback by its level plus what the pods there count (extender.fallback)."""
+    unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+    message = (
+        f"mco: {terms.kept_off} pod(s) of {', '.join(policy.avoid_policies)} run on the node, "
+        f"which policy {policy.name} keeps its pods off while other nodes remain (avoidFilter)"
+    )
+    rank = min(1.0, level) + terms.avoided
+    return _verdict(False, Reason.AVOIDED, message, 0.0, unresolvable, level=rank)
 
 
 def no_data(policy: Policy, config: VerdictConfig) -> Verdict:
@@ -207,7 +229,7 @@ def decide(
     ``100 x avoided`` is taken off the score after the policy's scoreWeight (it protects those
     pods, whatever this pod's own weight), never below 0; it never filters. A node without
     fresh data counts at the neutral level plus its reservation (`_missing`)."""
-    reserved, avoided = terms
+    reserved, avoided = terms.reserved, terms.avoided
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -259,6 +281,8 @@ def decide(
             )
         note = f"hard constraints ignored by policy {policy.name}"
     if entry.level is None:
+        if terms.kept_off > 0:
+            return _avoided(policy, config, terms, neutral_level(config) + reserved)
         message = "mco: no detection had data: neutral score"
         return _verdict(True, Reason.NO_LEVEL, f"{message}; {note}" if note else message,
                         config.neutral_score, False,
@@ -283,8 +307,14 @@ def decide(
             unresolvable,
             level=level,
         )
+    if terms.kept_off > 0:
+        return _avoided(policy, config, terms, level)
     score = weighted_score(level, policy.score_weight, config.neutral_score)
     said = [note] if note else []
+    if terms.gathered > 0:  # like avoided, not scaled by this pod's scoreWeight
+        score = round(min(100.0, score + 100.0 * terms.gathered), 6)
+        said.insert(0, f"score + {100 * terms.gathered:.4g} for pods of {policy.name} on the "
+                       "node (gatherPerPod)")  # fmt: skip
     if avoided > 0:  # it protects other pods: not scaled by this pod's scoreWeight
         score = round(max(0.0, score - 100.0 * avoided), 6)
         kept_from = ", ".join(policy.avoid_policies)
