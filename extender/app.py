@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender import decisions, kube, volcano
 from extender.body import BodyBudget, BudgetExhausted, quiet_bad_requests, read_body
 from extender.config import ExtenderConfig
+from extender.fallback import Rounds
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
 from extender.node_view import node_view_chunks
@@ -126,12 +127,13 @@ def _scheduler_route(
 def _volcano_routes(placements: VolcanoPlacements) -> dict[str, Answer]:
     """Volcano's answers; each body's placed tasks are read first (when the mode says so), so
     that the answer already counts them."""
+    rounds = Rounds()  # per task, the predicates of its rounds (extender.fallback)
 
     def predicate(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:
         args = volcano.decode_predicate(body)
         assert args.node is not None  # checked by decode_predicate
         placements.in_predicate(body, args.node.name, now)
-        result, verdict = volcano.predicate(args, judge, now)
+        result, verdict = volcano.predicate(args, judge, now, rounds)
         return _encode(result), (verdict,)
 
     def prioritize(body: Body, judge: Judge, now: float) -> tuple[bytes, Sequence[Verdict]]:

@@ -25,7 +25,7 @@ from extender.config import VerdictConfig
 from extender.judge import Judge
 from extender.profiles import ProfileTerm
 from extender.reports import KnownNode
-from extender.verdict import PodFacts, Reason, Verdict, is_stale
+from extender.verdict import NodeTerms, PodFacts, Reason, Verdict, is_stale
 from extender.wire import (
     MAX_NAME,
     UNDECODABLE,
@@ -98,6 +98,8 @@ class LevelView(msgspec.Struct, rename="camel"):
     triggered_level: float | None  # the policy's floor, where a detection is triggered
     used: float | None  # min(1, max(0, reported, triggered_level, predicted) + reserved)
     avoided: float  # x 100 taken off the score, for pods on the node the policy keeps away from
+    kept_off: int = 0  # those pods, where the policy filters them (avoidFilter)
+    gathered: float = 0.0  # x 100 added to the score, for pods of its own policy (gatherPerPod)
 
 
 class ScoreView(msgspec.Struct, rename="camel"):
@@ -274,12 +276,7 @@ def _detections(
 
 
 def _level(
-    entry: NodeEntry,
-    terms: list[Term],
-    reserved: float,
-    policy: Policy,
-    avoided: float,
-    predicted: float = 0.0,
+    entry: NodeEntry, terms: list[Term], reserved: float, policy: Policy, node: NodeTerms
 ) -> LevelView:
     weights = sum(t.weight for t in terms)
     weighted = sum(t.product for t in terms)
@@ -288,13 +285,14 @@ def _level(
     floor = policy.triggered_level if triggered and policy.triggered_level > 0 else None
     used = None
     if entry.level is not None:
-        used = min(1.0, max(0.0, entry.level, floor or 0.0, predicted) + reserved)
+        used = min(1.0, max(0.0, entry.level, floor or 0.0, node.predicted) + reserved)
     return LevelView(
         formula="level = Σ weight·index / Σ weight over detections with a positive weight and "
         "an index on the node, clamped to [0, 1]; used = min(1, max(level, the policy's "
         "triggeredLevel where a detection is triggered, the level predicted from the "
         "residents' profiles) + reserved); 100·avoided (avoidPolicies) and 100·inflicted "
-        "(profiles) are taken off the score",
+        "(profiles) are taken off the score, 100·gathered (gatherPerPod) added; keptOff: "
+        "pods of avoidPolicies there, which avoidFilter rejects the node for",
         terms=terms,
         weight_sum=weights,
         weighted_sum=round(weighted, 9),
@@ -303,7 +301,9 @@ def _level(
         reserved=reserved,
         triggered_level=floor,
         used=round(used, 6) if used is not None else None,
-        avoided=avoided,
+        avoided=node.avoided,
+        kept_off=node.kept_off,
+        gathered=node.gathered,
     )
 
 
@@ -346,6 +346,10 @@ def _taken(verdict: Verdict, config: VerdictConfig) -> str:
         return "hard constraint: rejected"
     if reason == Reason.MAX_LEVEL:
         return "policy maxLevel: rejected"
+    if reason == Reason.AVOIDED:
+        return "avoidFilter: rejected, pods it keeps off run there"
+    if reason == Reason.LEAST_INTERFERED:
+        return "least interfered: passed, no node of the call is within the policy's limits"
     return "scored by level"
 
 
@@ -385,17 +389,17 @@ def _explanation(
     held = store.held_until(known)
     reserved, reservation = _reservation(judge, name, held, now, pod.policy)
     node_terms = judge.terms(name, pod.policy, now, pod)
-    avoided = node_terms.avoided
     detections, terms = _detections(entry, thresholds[0])
     age = now - held
     weight = pod.policy.score_weight
     return Explanation(
         detections=detections,
-        level=_level(entry, terms, reserved, pod.policy, avoided, node_terms.predicted),
+        level=_level(entry, terms, reserved, pod.policy, node_terms),
         score=ScoreView(
             formula="score = 100·(1 − used), moved toward the neutral score by the policy's "
             "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100), then "
-            "max(0, score − 100·avoided); the neutral score when data is missing or no "
+            "max(0, score − 100·avoided), min(100, score + 100·gathered); the neutral score "
+            "when data is missing or no "
             "detection had data",
             neutral=config.neutral_score,
             policy_weight=weight,
