@@ -585,5 +585,7 @@ async def test_fetch_sends_the_victims_and_aggressors_with_the_second_query(serv
     assert sorted(seen) == sorted(by_query)
     assert snap.vectors["a"][plan.time_slot] == T0 - 1
     got = snap.culprits["a"]
-    assert got.victims == (PodRef("u1", "io", 0.5, "burstable", "ns", "web-0"),)
-    assert got.aggressors == (PodRef("u1", "memory", 1024.0, "burstable", "ns", "web-0"),)
+    # No owner in the series: the workload is the pod's name less its generated suffix.
+    ref = ("burstable", "ns", "web-0", "ns/Pod/web")
+    assert got.victims == (PodRef("u1", "io", 0.5, *ref),)
+    assert got.aggressors == (PodRef("u1", "memory", 1024.0, *ref),)

@@ -59,7 +59,9 @@ async def serve() -> AsyncIterator[Callable[[web.Application], Awaitable[str]]]:
 
     async def start(app: web.Application) -> str:
         server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
+        # No access log: a handler another test left on a closed stream would print a logging
+        # error into the stderr judged here.
+        await server.start_server(access_log=None)
         servers.append(server)
         return str(server.make_url("")).rstrip("/")
 
