@@ -21,7 +21,7 @@ help:
 	@echo "make lint       ruff, mypy and shellcheck only"
 	@echo "make bench      run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make soak       MCO under stress and outages for DURATION (default 24h; make bench runs 20m)"
-	@echo "make reliability  replay issue 19's attacks at full scale (QUICK=1: smaller)"
+	@echo "make reliability  replay issues 19's and 27's attacks at full scale (QUICK=1: smaller)"
 	@echo "make generate   regenerate checked-in rules, CRDs and dashboards"
 	@echo "make image      build the container image with buildah; writes $(IMAGE_ARCHIVE)"
 	@echo "make image-test run the image as the chart runs it (tests/image)"

@@ -1,4 +1,4 @@
-"""`make reliability`: issue 19's attacks at full scale, against the real processes.
+"""`make reliability`: issue 19's and 27's attacks at full scale, against the real processes.
 
 The fast forms of these attacks run in `make test`; this replays them at the sizes that found
 the defects (90 aborted 64 MiB bodies, 1,000 slowloris connections, 40 SIGKILLs, ...), each
@@ -32,16 +32,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
+import trustme
 from aiohttp import web
 
 from bench.extender import write_report
 from mco.selfmetrics import EXPORTER_COLLECTOR_SUCCESS
-from reporter.query import Plan
+from reporter.query import Kind, Plan
 from scripts.procs import Managed, free_port, wait_until
 from testkit import bodies
 from testkit.answers import quiet_values
+from testkit.connections import open_burst, still_open
 from testkit.fakeprom import FakeProm, Hostile, gzip_bomb
 
 MIB = 1 << 20
@@ -461,6 +464,32 @@ def reporter_hostile_answers(run: Run) -> Outcome:
     return Outcome(ok, "; ".join(figures))
 
 
+def reporter_shard_clock_skew(run: Run) -> Outcome:
+    """Two shards know the same nodes; one's clock runs 30 s fast and says they are in
+    trouble: the written report holds the honest shard's levels for every node."""
+    nodes = run.scale(1000, 100)
+    fast_level = 0.99
+    honest_app, _ = fake_prometheus(nodes)
+    fast_app, fast = fake_prometheus(nodes)
+    fast.prom.skew = 30.0
+    for values in fast.prom.nodes.values():
+        values[(Kind.LEVEL, "")] = fast_level
+        values[(Kind.SCORE, "")] = 100 * (1 - fast_level)
+    out = run.workdir / "skew" / "report.json"
+    out.parent.mkdir()
+    with serve_in_thread(honest_app) as honest_url, serve_in_thread(fast_app) as fast_url:
+        argv = reporter_argv(honest_url, out, f"--prometheus-url={fast_url}", "--once")
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    doc = json.loads(out.read_text()) if out.exists() else {"status": {"nodes": {}}}
+    levels = [entry.get("level") for entry in doc["status"]["nodes"].values()]
+    decided = sum(1 for level in levels if level == fast_level)
+    return Outcome(
+        result.returncode == 0 and len(levels) == nodes and decided == 0,
+        f"{nodes} nodes on both shards, one 30 s fast: exit {result.returncode}, "
+        f"{len(levels)} written, {decided} decided by the fast shard (want 0)",
+    )
+
+
 def condition(out: Path, status: str, reason: str, timeout: float) -> bool:
     def seen() -> bool:
         doc = json.loads(out.read_text())
@@ -516,6 +545,126 @@ def rulegen_hostile_configs(run: Run) -> Outcome:
     return Outcome(ok, "; ".join(figures) + f" (start-up alone {startup:.2f} s CPU, bound +1 s)")
 
 
+def _hostile_engine(instant: Callable[[str], str], ranged: str) -> web.Application:
+    """A PromQL engine whose answers are well-formed JSON holding unusable numbers (issue 27):
+    every instant query gets ``instant(query)`` for two nodes, every range query ``ranged``;
+    coverage queries answer a day, so the values are what is judged."""
+    nodes = ["node-1", "node-2"]
+
+    async def query(request: web.Request) -> web.Response:
+        expr = str((await request.post())["query"])
+        value = "86400" if expr.startswith("count_over_time") else instant(expr)
+        result = [{"metric": {"node": n}, "value": [0, value]} for n in nodes]
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        )
+
+    async def query_range(request: web.Request) -> web.Response:
+        form = await request.post()
+        start, step = float(str(form["start"])), float(str(form["step"]))
+        values = [[start + i * step, ranged] for i in range(5)]
+        result = [{"metric": {"node": n}, "values": values} for n in nodes]
+        return web.json_response(
+            {"status": "success", "data": {"resultType": "matrix", "result": result}}
+        )
+
+    app = web.Application()
+    app.router.add_post("/api/v1/query", query)
+    app.router.add_post("/api/v1/query_range", query_range)
+    return app
+
+
+def _one_line_exit(result: subprocess.CompletedProcess[str], code: int) -> bool:
+    lines = result.stderr.splitlines()
+    return (
+        result.returncode == code
+        and len(lines) == 1
+        and lines[0].startswith("mco-rulegen:")
+        and "Traceback" not in result.stderr
+    )
+
+
+def rulegen_recommend_hostile(run: Run) -> Outcome:
+    """``recommend`` on NaN node counts, "abc" values and changes() of NaN: exit 1, one line."""
+    cases: dict[str, tuple[Callable[[str], str], str, list[str]]] = {
+        "NaN node count": (
+            lambda e: "NaN" if e.startswith("count(count by (node)") else "0",
+            "0.01",
+            [],
+        ),
+        "abc values": (lambda e: "0", "abc", []),
+        "changes() NaN": (
+            lambda e: "NaN" if e.startswith("changes(") else "0",
+            "0.01",
+            ["--replay"],
+        ),
+    }
+    ok, figures = True, []
+    for name, (instant, ranged, extra) in cases.items():
+        with serve_in_thread(_hostile_engine(instant, ranged)) as url:
+            result, _ = _timed(
+                [sys.executable, "-m", "rulegen", "recommend", f"--prometheus-url={url}",
+                 "--range=1d", "--step=1h", "--min-history=1m", "--min-node-history=1m", *extra]
+            )  # fmt: skip
+        good = _one_line_exit(result, 1) and not result.stdout
+        ok &= good
+        figures.append(
+            f"{name}: exit {result.returncode}, {len(result.stderr.splitlines())} line(s)"
+            + ("" if good else f" {result.stderr[-200:]!r}")
+        )
+    return Outcome(ok, "; ".join(figures))
+
+
+def rulegen_rollback_hostile(run: Run) -> Outcome:
+    """``rollback`` on a history that is not a list, garbage 200 answers and an entry without
+    a spec: exit 2 with a reason, and no PATCH reaches the API server."""
+    path = "/apis/mco.io/v1alpha1/detectionruleconfigs/default"
+    obj = {"metadata": {"name": "default", "generation": 3, "resourceVersion": "7"},
+           "spec": {"window": "30s"}}  # fmt: skip
+    bodies_: dict[str, bytes] = {
+        'status.history "x"': json.dumps({**obj, "status": {"history": "x"}}).encode(),
+        "a list for an object": b"[1, 2, 3]",
+        "HTML for an object": b"<html>proxy error</html>",
+        "entry without spec": json.dumps(
+            {**obj, "status": {"history": [{"generation": 2, "hash": "h"}]}}
+        ).encode(),
+    }
+    patches: list[bytes] = []
+    answer = {"body": b""}
+
+    async def get(request: web.Request) -> web.Response:
+        return web.Response(body=answer["body"], content_type="application/json")
+
+    async def patch(request: web.Request) -> web.Response:
+        patches.append(await request.read())
+        return web.Response(body=answer["body"], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get(path, get)
+    app.router.add_patch(path, patch)
+    ok, figures = True, []
+    with serve_in_thread(app) as url:
+        kubeconfig = run.workdir / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": url}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        }))  # fmt: skip
+        for name, body in bodies_.items():
+            answer["body"] = body
+            result, _ = _timed(
+                [sys.executable, "-m", "rulegen", "rollback", f"--kubeconfig={kubeconfig}"]
+            )
+            good = _one_line_exit(result, 2)
+            ok &= good
+            figures.append(
+                f"{name}: exit {result.returncode}" + ("" if good else f" {result.stderr[-200:]!r}")
+            )
+    ok &= not patches
+    return Outcome(ok, "; ".join(figures) + f"; {len(patches)} PATCH sent (want 0)")
+
+
 # --- exporter ---------------------------------------------------------------------------------
 
 
@@ -562,6 +711,100 @@ def exporter_hostile_tree(run: Run) -> Outcome:
     )
 
 
+def _exporter(run: Run, tree: Path, name: str, *flags: str) -> tuple[Managed, int]:
+    port = free_port()
+    proc = Managed(
+        [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}",
+         f"--path.procfs={tree / 'proc'}", f"--path.sysfs={tree / 'sys'}",
+         f"--path.rootfs={tree}", "--no-collector.perf_llc", "--no-collector.biolatency",
+         "--node-name=reliability", *flags],
+        name="mco-exporter", log_path=run.workdir / f"{name}.exporter.log",
+    )  # fmt: skip
+    return proc, port
+
+
+def exporter_connection_burst(run: Run) -> Outcome:
+    """1,000 connections opened at once and held, plain and TLS: all established before the
+    first SYN retry (1 s), none dropped, and a scrape beside them answered within 1 s."""
+    count = run.scale(1000, 300)
+    tree = FIXTURES / "linux-6.1-metal"
+    ok, figures = True, []
+    for scheme in ("http", "https"):
+        flags: list[str] = []
+        scrape: dict[str, Any] = {}
+        if scheme == "https":
+            ca = trustme.CA()
+            crt, key, ca_file = (run.workdir / n for n in ("tls.crt", "tls.key", "ca.crt"))
+            leaf = ca.issue_cert("127.0.0.1")
+            leaf.cert_chain_pems[0].write_to_path(str(crt))
+            leaf.private_key_pem.write_to_path(str(key))
+            ca.cert_pem.write_to_path(str(ca_file))
+            config = run.workdir / "web-config.yml"
+            config.write_text(
+                json.dumps({"tls_server_config": {"cert_file": str(crt), "key_file": str(key)}})
+            )
+            flags = [f"--web.config.file={config}"]
+            scrape = {"verify": str(ca_file)}
+        proc, port = _exporter(run, tree, f"burst-{scheme}", *flags)
+        url = f"{scheme}://127.0.0.1:{port}/metrics"
+        with proc:
+            proc.wait_http(url, timeout=60, **scrape)
+            socks, connect = open_burst("127.0.0.1", port, count)
+            try:
+                start = time.perf_counter()
+                answer = requests.get(url, timeout=30, **scrape)
+                took = time.perf_counter() - start
+                held = still_open(socks)
+            finally:
+                for sock in socks:
+                    sock.close()
+            rss_mib = rss(proc.pid) / MIB
+        good = connect < 1 and took < 1 and held == count and answer.status_code == 200
+        ok &= good
+        figures.append(
+            f"{scheme}: {count} connections in {connect * 1e3:.0f} ms (bound 1000), "
+            f"{held} held, a scrape beside them {took * 1e3:.0f} ms (bound 1000), "
+            f"RSS {rss_mib:.0f} MiB"
+        )
+    return Outcome(ok, "; ".join(figures))
+
+
+def exporter_cgroup_children(run: Run) -> Outcome:
+    """A pod cgroup with 80,000 child cgroups: every scrape within 1 s, the walk cut and
+    counted (``mco_cgroup_pod_walks_truncated_total``)."""
+    children = run.scale(80_000, 5_000)
+    tree = run.workdir / "tree"
+    shutil.copytree(FIXTURES / "cgroup-v2-systemd", tree)
+    pods = tree / "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice"
+    pod = next(p for p in sorted(pods.iterdir()) if p.is_dir() and "pod" in p.name)
+    fd = os.open(pod, os.O_RDONLY)
+    try:
+        for i in range(children):
+            os.mkdir(f"c{i:06d}", dir_fd=fd)
+    finally:
+        os.close(fd)
+    scrapes = run.scale(10, 3)
+    proc, port = _exporter(run, tree, "children", f"--path.cgroupfs={tree / 'sys/fs/cgroup'}")
+    url = f"http://127.0.0.1:{port}/metrics"
+    times: list[float] = []
+    cut = 0.0
+    with proc:
+        proc.wait_http(url, timeout=120)
+        for _ in range(scrapes):
+            start = time.perf_counter()
+            text = requests.get(url, timeout=60).text
+            times.append(time.perf_counter() - start)
+        for line in text.splitlines():
+            if line.startswith("mco_cgroup_pod_walks_truncated_total "):
+                cut = float(line.split()[1])
+    worst = max(times)
+    return Outcome(
+        worst < 1 and cut >= scrapes,
+        f"{children:,} child cgroups below one pod: {scrapes} scrapes, worst "
+        f"{worst * 1e3:.0f} ms (bound 1000); walks cut and counted: {cut:.0f}",
+    )
+
+
 ATTACKS: dict[str, Attack] = {
     "extender-declared-length": extender_declared_length,
     "extender-slowloris": extender_slowloris,
@@ -570,8 +813,13 @@ ATTACKS: dict[str, Attack] = {
     "extender-report-corruption": extender_report_corruption,
     "reporter-sigkill": reporter_sigkill,
     "reporter-hostile-answers": reporter_hostile_answers,
+    "reporter-shard-clock-skew": reporter_shard_clock_skew,
     "rulegen-hostile-configs": rulegen_hostile_configs,
+    "rulegen-recommend-hostile": rulegen_recommend_hostile,
+    "rulegen-rollback-hostile": rulegen_rollback_hostile,
     "exporter-hostile-tree": exporter_hostile_tree,
+    "exporter-connection-burst": exporter_connection_burst,
+    "exporter-cgroup-children": exporter_cgroup_children,
 }
 
 

@@ -28,6 +28,7 @@ class FakeProm:
     queries: int = 0
     url: str = ""
     recorded_query: str = ""  # the last recorded query asked (its window follows staleAfter)
+    skew: float = 0.0  # seconds this engine's clock runs ahead (its sample times with it)
 
     async def handle(self, request: web.Request) -> web.Response:
         if self.down:
@@ -38,7 +39,9 @@ class FakeProm:
         form = await request.post()
         query, at = str(form["query"]), float(str(form["time"]))
         plan = Plan(compact=False)
-        recorded, extra, info = answers(plan, self.nodes, {n: at - 0.5 for n in self.nodes})
+        recorded, extra, info = answers(
+            plan, self.nodes, {n: at - 0.5 + self.skew for n in self.nodes}
+        )
         if query == plan.info_expr:
             return web.json_response(ok(info))
         # The recorded query, over whatever window the reporter's staleAfter gives it.

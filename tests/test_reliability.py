@@ -52,12 +52,19 @@ def test_an_unknown_attack_is_a_usage_error():
 
 @pytest.mark.slow
 def test_quick_mode_runs_the_cheap_attacks_against_the_real_processes():
-    names = ["rulegen-hostile-configs", "exporter-hostile-tree"]
+    names = [
+        "rulegen-hostile-configs",
+        "exporter-hostile-tree",
+        # Issue 27's attacks on recommend, rollback and the shard merge (cheap at any scale).
+        "rulegen-recommend-hostile",
+        "rulegen-rollback-hostile",
+        "reporter-shard-clock-skew",
+    ]
     result = subprocess.run(
         [sys.executable, "-m", "bench.reliability", "--quick", *names],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=400,
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -65,3 +72,6 @@ def test_quick_mode_runs_the_cheap_attacks_against_the_real_processes():
     assert [line.split(" ", 2)[:2] for line in lines] == [["PASS", n] for n in names]
     assert "9x9 alias bomb: exit 1" in lines[0]
     assert "worst" in lines[1] and "'vmstat'" in lines[1]
+    assert "changes() NaN: exit 1, 1 line(s)" in lines[2]
+    assert "0 PATCH sent" in lines[3]
+    assert "0 decided by the fast shard" in lines[4]

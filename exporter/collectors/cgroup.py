@@ -52,6 +52,11 @@ DEFAULT_MAX_PODS = 250  # Kubernetes allows 110 pods per node by default
 # Cgroup levels read below a pod: the kubelet makes one (its containers); a container that
 # nests its own (systemd inside) gets a few more. Bounds a scrape on a hostile tree.
 MAX_DEPTH = 4
+# Cgroups listed below a pod per walk (each ~10 µs): a pod has its containers and a few
+# nested ones; 80,000 made a scrape take 0.75 s. Past it the walk stops (counted in
+# mco_cgroup_pod_walks_truncated_total): sums cover the cgroups listed, and limits that need
+# every child are not claimed. Worst case per scrape: max-pods x 3 walks x this.
+MAX_CHILD_CGROUPS = 64
 V1_ENUMERATE = ("memory", "blkio", "cpu")  # v1 controllers pods are listed from, in order
 # A file that is not there: its controller or PSI is off for this cgroup, not a failure.
 _ABSENT = (errno.ENOENT, errno.EOPNOTSUPP, errno.ENOTSUP)
@@ -93,6 +98,26 @@ class PodSamples:
     reclaimed: int | None = None
     io: dict[str, dict[str, int]] = field(default_factory=dict)  # bytes|operations -> op -> n
     io_limits: dict[str, dict[str, int]] = field(default_factory=dict)
+    truncated: bool = False  # a walk below the pod stopped at MAX_CHILD_CGROUPS
+
+
+class _Budget:
+    """The child cgroups one walk below a pod may still list (``MAX_CHILD_CGROUPS``)."""
+
+    __slots__ = ("cut", "left")
+
+    def __init__(self, left: int = MAX_CHILD_CGROUPS) -> None:
+        self.left = left
+        self.cut = False
+
+    def children(self, cgroup: Listing) -> list[str]:
+        """``cgroup``'s children to walk: all of them, or the first ones while budget is left."""
+        kids = cgroup.children
+        if len(kids) > self.left:
+            self.cut = True
+            kids = kids[: self.left]
+        self.left -= len(kids)
+        return kids
 
 
 class Listing:
@@ -234,13 +259,13 @@ def _name(entry: os.DirEntry[str]) -> str:
     return entry.name
 
 
-def _subtree(top: Listing) -> list[Listing]:
-    """The cgroup and the cgroups below it, at most ``MAX_DEPTH`` levels down (one removed
-    during the walk is left out)."""
+def _subtree(top: Listing, budget: _Budget) -> list[Listing]:
+    """The cgroup and the cgroups below it, at most ``MAX_DEPTH`` levels down and as many as
+    ``budget`` allows, breadth first (one removed during the walk is left out)."""
     found = [top]
     level = [top]
     for _ in range(MAX_DEPTH):
-        level = [Listing(child) for parent in level for child in parent.children]
+        level = [Listing(child) for parent in level for child in budget.children(parent)]
         found += level
     return found
 
@@ -280,7 +305,9 @@ def _read_v2(pod: Listing, out: PodSamples) -> None:
     if (text := pod.read("io.stat")) is not None:
         stat = parse_io_stat(text)
         out.io = {"bytes": stat.bytes, "operations": stat.operations}
-    out.io_limits = _nested(_effective_limits(pod, _io_max, hierarchical=True))
+    budget = _Budget()
+    out.io_limits = _nested(_effective_limits(pod, _io_max, budget, hierarchical=True))
+    out.truncated |= budget.cut
 
 
 Limits = dict[tuple[str, str], int]  # (bytes|operations, read|write) -> per second
@@ -307,7 +334,12 @@ def _blkio_limits(cgroup: Listing) -> Limits:
 
 
 def _effective_limits(
-    cgroup: Listing, own: Callable[[Listing], Limits], *, hierarchical: bool, depth: int = 0
+    cgroup: Listing,
+    own: Callable[[Listing], Limits],
+    budget: _Budget,
+    *,
+    hierarchical: bool,
+    depth: int = 0,
 ) -> Limits:
     """The I/O limits the processes of a cgroup subtree are held to, summed over devices.
 
@@ -317,14 +349,20 @@ def _effective_limits(
     only to the cgroup's own processes, so a pod cgroup's own limit binds nothing once it has
     containers.
     """
-    children = cgroup.children if depth < MAX_DEPTH else []
-    mine = own(cgroup) if hierarchical or not children else {}
-    if not children:
+    every = cgroup.children if depth < MAX_DEPTH else []
+    children = budget.children(cgroup) if every else []
+    mine = own(cgroup) if hierarchical or not every else {}
+    if not every:
+        return mine
+    if len(children) < len(every):
+        # Children not listed may have no limit: their sum is unknown, only this one's binds.
         return mine
     below = [
-        _effective_limits(Listing(child), own, hierarchical=hierarchical, depth=depth + 1)
+        _effective_limits(Listing(child), own, budget, hierarchical=hierarchical, depth=depth + 1)
         for child in children
     ]
+    if budget.cut:  # a walk below stopped short: the sum of the children is unknown
+        return mine
     summed = {k: sum(b[k] for b in below) for k in below[0] if all(k in b for b in below)}
     return {k: min(v for v in (mine.get(k), summed.get(k)) if v is not None) for k in mine | summed}
 
@@ -346,16 +384,19 @@ def _read_v1_memory(pod: Listing, out: PodSamples) -> None:
     # v1 counts a limit hit (failcnt) and an OOM kill only in the cgroup where it happened:
     # a container's own limit is a cgroup below the pod's, so the pod's subtree is summed.
     out.events = {"max": 0, "oom_kill": 0}
-    for cgroup in _subtree(pod):
+    budget = _Budget()
+    for cgroup in _subtree(pod, budget):
         if (text := cgroup.read("memory.failcnt")) is not None:
             out.events["max"] += uint(text.strip(), "memory.failcnt")
         if (text := cgroup.read("memory.oom_control")) is not None:
             oom_control = parse_flat_keyed(text, "memory.oom_control")
             out.events["oom_kill"] += oom_control.get("oom_kill", 0)  # 4.13+
+    out.truncated |= budget.cut
 
 
 def _read_v1_blkio(pod: Listing, out: PodSamples) -> None:
     subtree: list[Listing] | None = None
+    walk = _Budget()
     for what, name in (("bytes", "io_service_bytes"), ("operations", "io_serviced")):
         text = pod.read(f"blkio.throttle.{name}_recursive")  # 4.16+
         if text is not None:
@@ -364,7 +405,7 @@ def _read_v1_blkio(pod: Listing, out: PodSamples) -> None:
         # Older kernels: only each cgroup's own I/O, and the processes are in the containers.
         totals = dict.fromkeys(IO_OPERATIONS, 0)
         found = False
-        subtree = _subtree(pod) if subtree is None else subtree
+        subtree = _subtree(pod, walk) if subtree is None else subtree
         for cgroup in subtree:
             if (text := cgroup.read(f"blkio.throttle.{name}")) is not None:
                 found = True
@@ -372,7 +413,9 @@ def _read_v1_blkio(pod: Listing, out: PodSamples) -> None:
                     totals[op] += count
         if found:
             out.io[what] = totals
-    out.io_limits = _nested(_effective_limits(pod, _blkio_limits, hierarchical=False))
+    limits = _Budget()
+    out.io_limits = _nested(_effective_limits(pod, _blkio_limits, limits, hierarchical=False))
+    out.truncated |= walk.cut or limits.cut
 
 
 @register(
@@ -401,6 +444,7 @@ class CgroupCollector(FileCollector):
         self._below = _cgroup_root(config.option("cgroup-root")).strip("/")
         # Counters across scrapes: the one thing kept between them.
         self._skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self._truncated = 0
 
     def update(self) -> list[Metric]:
         pods_gauge = GaugeMetricFamily(
@@ -434,8 +478,18 @@ class CgroupCollector(FileCollector):
                 continue
             families.add(pod, samples)
             reported += 1
+            self._truncated += samples.truncated
         pods_gauge.add_metric([], float(reported))
-        return [*families, pods_gauge, self._skipped_family()]
+        return [*families, pods_gauge, self._skipped_family(), self._truncated_family()]
+
+    def _truncated_family(self) -> CounterMetricFamily:
+        truncated = CounterMetricFamily(
+            "mco_cgroup_pod_walks_truncated",
+            f"Pods reported with a walk below their cgroup stopped at {MAX_CHILD_CGROUPS} child "
+            "cgroups (sums cover those listed; I/O limits that need every child not claimed).",
+        )
+        truncated.add_metric([], float(self._truncated))
+        return truncated
 
     def _skipped_family(self) -> CounterMetricFamily:
         skipped = CounterMetricFamily(

@@ -312,3 +312,54 @@ def test_a_deeply_nested_pod_is_read_to_a_bounded_depth(tmp_path: Path) -> None:
     # The pod and every level below it count 1 each: the pod and MAX_DEPTH levels are read.
     assert samples[events] == 1 + cgroup_module.MAX_DEPTH
     shutil.rmtree(tree)
+
+
+# The walk's budget (the literal where the module predates it, so that the counts fail there).
+BUDGET = getattr(cgroup_module, "MAX_CHILD_CGROUPS", 64)
+
+
+def test_a_pod_with_many_child_cgroups_is_walked_within_a_budget(tmp_path: Path) -> None:
+    """Issue 27: the walk below a pod was bounded in depth only (~10 µs a child cgroup; 80,000
+    made a scrape take 0.75 s). Thousands of children: the pod is still reported, the walk
+    lists ``MAX_CHILD_CGROUPS`` of them (the sums cover those) and the cut is counted."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "cgroup-v1-hybrid", tree)
+    uid = "d4fa5049-04a8-419a-88ff-651f28a6a393"
+    pod = tree / f"sys/fs/cgroup/memory/kubepods/besteffort/pod{uid}"
+    children = 20 * BUDGET
+    existing = sum(1 for p in pod.iterdir() if p.is_dir())  # the fixture's own containers
+    for i in range(children):
+        child = pod / f"c{i:05d}"
+        child.mkdir()
+        (child / "memory.failcnt").write_text("1\n")
+    (pod / "memory.failcnt").write_text("0\n")
+    samples = scrape_tree(tree)
+    assert samples[(SUCCESS, frozenset({("collector", "cgroup")}))] == 1
+    events = (
+        "mco_pod_memory_events_total",
+        frozenset({("pod_uid", uid), ("qos", "besteffort"), ("event", "max")}),
+    )
+    # One limit hit per child listed: the budget's worth, less the fixture's own containers.
+    assert BUDGET - existing <= samples[events] <= BUDGET
+    assert samples[("mco_cgroup_pod_walks_truncated_total", frozenset())] == 1
+    assert skipped(samples)["unreadable"] == 0 and uid in by_pod(samples)
+
+
+def test_io_limits_that_need_every_child_are_not_claimed_past_the_budget(tmp_path: Path) -> None:
+    """A v2 pod's limit is the tighter of its own io.max and its children's sum; with more
+    children than the walk lists, their sum is unknown and only the pod's own limit binds."""
+    tree = tmp_path / "tree"
+    shutil.copytree(FIXTURES / "cgroup-v2-systemd", tree)
+    pod = tree / "sys/fs/cgroup" / POD_DIR
+    for name in os.listdir(pod):
+        if (pod / name).is_dir():
+            shutil.rmtree(pod / name)
+    (pod / "io.max").write_text("8:0 rbps=max wbps=1000000 riops=max wiops=max\n")
+    for i in range(2 * BUDGET):
+        child = pod / f"c{i:05d}"
+        child.mkdir()
+        (child / "io.max").write_text("8:0 rbps=max wbps=1000 riops=max wiops=max\n")
+    samples = scrape_tree(tree)
+    # Not 128 x 1000: unknown once half the children are not listed.
+    assert io_limits(samples, POD) == {("bytes", "write"): 1000000.0}
+    assert samples[("mco_cgroup_pod_walks_truncated_total", frozenset())] == 1
