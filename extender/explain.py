@@ -23,8 +23,9 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.judge import Judge
+from extender.profiles import ProfileTerm
 from extender.reports import KnownNode
-from extender.verdict import PodFacts, Reason, Verdict, is_stale
+from extender.verdict import NodeTerms, PodFacts, Reason, Verdict, is_stale
 from extender.wire import (
     MAX_NAME,
     UNDECODABLE,
@@ -47,6 +48,7 @@ from rulegen.model import DetectionRuleConfig
 
 MAX_NODES: Final = 1000  # explained per request; a longer list is refused, "all" is cut
 MAX_PLACED: Final = 16  # placements listed per node
+MAX_PARTS: Final = 16  # resident workloads' profile parts listed per node
 
 _DEFAULT = DetectionRuleConfig.default()
 _DEFAULT_DETECTIONS: Final = detection_configs(_DEFAULT)
@@ -94,8 +96,10 @@ class LevelView(msgspec.Struct, rename="camel"):
     reported: float | None  # the level the report carries (what the verdict uses)
     reserved: float  # added for pods placed since the data (extender reservation)
     triggered_level: float | None  # the policy's floor, where a detection is triggered
-    used: float | None  # min(1, max(0, reported, triggered_level) + reserved)
+    used: float | None  # min(1, max(0, reported, triggered_level, predicted) + reserved)
     avoided: float  # x 100 taken off the score, for pods on the node the policy keeps away from
+    kept_off: int = 0  # those pods, where the policy filters them (avoidFilter)
+    gathered: float = 0.0  # x 100 added to the score, for pods of its own policy (gatherPerPod)
 
 
 class ScoreView(msgspec.Struct, rename="camel"):
@@ -158,6 +162,24 @@ class KataView(msgspec.Struct, rename="camel"):
     ready: bool
 
 
+class ProfilePart(msgspec.Struct, rename="camel"):
+    workload: str  # a resident workload with a profile
+    pods: int  # its pods on the node
+    resource: str  # llc | io | memory
+    role: str  # aggressor: it harms the pod; victim: the pod harms it
+    value: float  # its confidence-weighted intensity (aggressor) or sensitivity (victim)
+    product: float  # with the pod's own sensitivity or intensity on that resource
+
+
+class ProfileView(msgspec.Struct, rename="camel"):
+    workload: str  # the pod's (mco.workload); "" when the request does not say
+    known: bool  # the report has a profile for it
+    weight: float  # --profile-weight (0: off)
+    predicted: float  # level floor: what the residents are expected to do to the pod
+    inflicted: float  # x 100 off the score: what the pod is expected to do to them
+    parts: list[ProfilePart]  # the resident workloads behind both
+
+
 class Explanation(msgspec.Struct, rename="camel"):
     detections: dict[str, DetectionView]
     level: LevelView
@@ -169,6 +191,7 @@ class Explanation(msgspec.Struct, rename="camel"):
     reservation: ReservationView
     kata: KataView
     reasons: list[str]  # the report's short reasons
+    profile: ProfileView  # learned workload profiles (extender.profiles)
 
 
 class NodeAnswer(msgspec.Struct, rename="camel"):
@@ -253,7 +276,7 @@ def _detections(
 
 
 def _level(
-    entry: NodeEntry, terms: list[Term], reserved: float, policy: Policy, avoided: float
+    entry: NodeEntry, terms: list[Term], reserved: float, policy: Policy, node: NodeTerms
 ) -> LevelView:
     weights = sum(t.weight for t in terms)
     weighted = sum(t.product for t in terms)
@@ -262,12 +285,14 @@ def _level(
     floor = policy.triggered_level if triggered and policy.triggered_level > 0 else None
     used = None
     if entry.level is not None:
-        used = min(1.0, max(0.0, entry.level, floor or 0.0) + reserved)
+        used = min(1.0, max(0.0, entry.level, floor or 0.0, node.predicted) + reserved)
     return LevelView(
         formula="level = Σ weight·index / Σ weight over detections with a positive weight and "
         "an index on the node, clamped to [0, 1]; used = min(1, max(level, the policy's "
-        "triggeredLevel where a detection is triggered) + reserved); 100·avoided "
-        "(avoidPolicies) is taken off the score",
+        "triggeredLevel where a detection is triggered, the level predicted from the "
+        "residents' profiles) + reserved); 100·avoided (avoidPolicies) and 100·inflicted "
+        "(profiles) are taken off the score, 100·gathered (gatherPerPod) added; keptOff: "
+        "pods of avoidPolicies there, which avoidFilter rejects the node for",
         terms=terms,
         weight_sum=weights,
         weighted_sum=round(weighted, 9),
@@ -276,7 +301,9 @@ def _level(
         reserved=reserved,
         triggered_level=floor,
         used=round(used, 6) if used is not None else None,
-        avoided=avoided,
+        avoided=node.avoided,
+        kept_off=node.kept_off,
+        gathered=node.gathered,
     )
 
 
@@ -319,6 +346,10 @@ def _taken(verdict: Verdict, config: VerdictConfig) -> str:
         return "hard constraint: rejected"
     if reason == Reason.MAX_LEVEL:
         return "policy maxLevel: rejected"
+    if reason == Reason.AVOIDED:
+        return "avoidFilter: rejected, pods it keeps off run there"
+    if reason == Reason.LEAST_INTERFERED:
+        return "least interfered: passed, no node of the call is within the policy's limits"
     return "scored by level"
 
 
@@ -357,17 +388,18 @@ def _explanation(
     entry = known.entry
     held = store.held_until(known)
     reserved, reservation = _reservation(judge, name, held, now, pod.policy)
-    avoided = judge.terms(name, pod.policy, now).avoided
+    node_terms = judge.terms(name, pod.policy, now, pod)
     detections, terms = _detections(entry, thresholds[0])
     age = now - held
     weight = pod.policy.score_weight
     return Explanation(
         detections=detections,
-        level=_level(entry, terms, reserved, pod.policy, avoided),
+        level=_level(entry, terms, reserved, pod.policy, node_terms),
         score=ScoreView(
             formula="score = 100·(1 − used), moved toward the neutral score by the policy's "
             "scoreWeight: clamp(neutral + scoreWeight·(score − neutral), 0, 100), then "
-            "max(0, score − 100·avoided); the neutral score when data is missing or no "
+            "max(0, score − 100·avoided), min(100, score + 100·gathered); the neutral score "
+            "when data is missing or no "
             "detection had data",
             neutral=config.neutral_score,
             policy_weight=weight,
@@ -402,6 +434,24 @@ def _explanation(
             ready=entry.kata_ready,
         ),
         reasons=entry.reasons,
+        profile=_profile(judge, name, pod),
+    )
+
+
+def _profile(judge: Judge, name: str, pod: PodFacts) -> ProfileView:
+    """The profile terms of node ``name`` for ``pod``, with the resident workloads behind them."""
+    profiles = judge.profiles
+    if profiles is None or judge.residents is None:
+        return ProfileView(pod.workload, False, 0.0, 0.0, 0.0, [])
+    policies = {p.name: p for p in judge.policies.policies}
+    predicted, inflicted, parts = ProfileTerm(profiles, judge.residents, pod, policies).judge(name)
+    return ProfileView(
+        workload=pod.workload,
+        known=profiles.get(pod.workload) is not None,
+        weight=profiles.weight,
+        predicted=predicted,
+        inflicted=inflicted,
+        parts=[ProfilePart(*p) for p in parts[:MAX_PARTS]],
     )
 
 

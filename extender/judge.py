@@ -11,7 +11,8 @@
    and only those are decided again with their `NodeTerms`: the reservation of pods placed since
    the node's data (``extender.reservation``), the pods there that the policy keeps away from
    (``extender.residents``). A new per-node term (learned workload profiles) is one more source
-   in `Judge.sources` and one more field of `NodeTerms`.
+   in `Judge.sources` and one more field of `NodeTerms`; learned workload profiles
+   (``extender.profiles``) are one, made for the pod of the call.
 4. No data is no proof: under a policy with ``maxLevel``, a node without fresh data (no report,
    stale) passes only where no node with data in the same call passes the policy; where one
    does, it is rejected with reason ``no_data``. A node without data counts at the neutral
@@ -19,7 +20,10 @@
    So pods do not pile onto the node MCO knows nothing about while known quiet nodes are
    there, and still schedule where MCO has no data at all or every node with data is over
    its limit (docs/extender.md, "Nodes without data").
-5. The answer: one verdict per node, in the order asked.
+5. Never starve (``extender.fallback``): where no node of the call passes and some were
+   rejected by a limit of the policy (maxLevel, hard constraints, no data), the least
+   interfered of those pass, reason ``least_interfered``.
+6. The answer: one verdict per node, in the order asked.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ from operator import itemgetter
 from typing import Final, Protocol
 
 from extender.config import VerdictConfig
+from extender.fallback import least_interfered
 from extender.policy import LiveConfig, PolicySet, from_report
+from extender.profiles import Profiles, ProfileTerm
 from extender.reports import ReportStore
 from extender.reservation import Reservations
 from extender.residents import Residents
@@ -47,7 +53,7 @@ from extender.verdict import (
     no_data,
     pod_facts,
 )
-from extender.wire import Pod, pod_labels, runtime_class
+from extender.wire import Pod, pod_labels, pod_workload, runtime_class
 from mco.policy import Policy
 from reporter.schema import ReportConfig
 
@@ -56,7 +62,7 @@ log = logging.getLogger("mco.extender.judge")
 _UNPROVEN = itemgetter(6)  # Verdict.unproven, read at C speed
 # Reasons only a node with fresh data gets (step 4: one such node makes "no data" a rejection).
 _WITH_DATA: Final = frozenset(
-    (Reason.OK, Reason.NO_LEVEL, Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT)
+    (Reason.OK, Reason.NO_LEVEL, Reason.MAX_LEVEL, Reason.HARD_CONSTRAINT, Reason.AVOIDED)
 )
 
 
@@ -98,24 +104,35 @@ class ReservationTerm:
 
 
 class AvoidTerm:
-    """The pods on the node that the policy keeps away from (``avoidPolicies``)."""
+    """The pods on the node that the policy keeps away from (``avoidPolicies``, scored or, with
+    ``avoidFilter``, filtered) and those of its own policy it gathers with (``gatherPerPod``)."""
 
     def __init__(self, residents: Residents) -> None:
         self.residents = residents
 
     def touched(self, names: Sequence[str], policy: Policy, now: float) -> set[str]:
-        if not policy.avoid_policies or policy.avoid_per_pod <= 0:
-            return set()
-        return self.residents.nodes_with(policy.avoid_policies).intersection(names)
+        found: set[str] = set()
+        if policy.avoid_policies and (policy.avoid_per_pod > 0 or policy.avoid_filter):
+            found = self.residents.nodes_with(policy.avoid_policies).intersection(names)
+        if policy.gather_per_pod > 0:
+            found |= self.residents.nodes_with((policy.name,)).intersection(names)
+        return found
 
     def add(
         self, terms: NodeTerms, name: str, held_until: float, policy: Policy, now: float
     ) -> NodeTerms:
-        if not policy.avoid_policies or policy.avoid_per_pod <= 0:
-            return terms
-        count = self.residents.count(name, policy.avoid_policies)
-        avoided = min(1.0, count * policy.avoid_per_pod)
-        return terms._replace(avoided=avoided) if avoided > 0 else terms
+        if policy.avoid_policies and (policy.avoid_per_pod > 0 or policy.avoid_filter):
+            count = self.residents.count(name, policy.avoid_policies)
+            avoided = min(1.0, count * policy.avoid_per_pod)
+            if avoided > 0:
+                terms = terms._replace(avoided=avoided)
+            if policy.avoid_filter and count > 0:
+                terms = terms._replace(kept_off=count)
+        if policy.gather_per_pod > 0:
+            gathered = min(1.0, self.residents.count(name, (policy.name,)) * policy.gather_per_pod)
+            if gathered > 0:
+                terms = terms._replace(gathered=gathered)
+        return terms
 
 
 class Judge:
@@ -132,10 +149,12 @@ class Judge:
         max_entries: int = MAX_TABLE_ENTRIES,
         reservations: Reservations | None = None,
         residents: Residents | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         self.store = store
         self.reservations = reservations
         self.residents = residents
+        self.profiles = profiles
         self._flags = config
         self.live = LiveConfig(config, PolicySet())
         self._max_entries = max_entries
@@ -159,20 +178,25 @@ class Judge:
         """The workload-class policy of a pod with ``labels``, from the policies in force."""
         return self.live.policies.policy_for(labels)
 
-    def sources(self) -> tuple[TermSource, ...]:
-        """The per-node terms in force (step 3); a new per-node term is added here."""
+    def sources(self, pod: PodFacts | None = None) -> tuple[TermSource, ...]:
+        """The per-node terms in force (step 3) for ``pod``; a new per-node term is added here."""
         found: list[TermSource] = []
         if self.reservations is not None:
             found.append(ReservationTerm(self.reservations))
         if self.residents is not None:
             found.append(AvoidTerm(self.residents))
+            if self.profiles is not None and pod is not None:
+                policies = {p.name: p for p in self.policies.policies}
+                found.append(ProfileTerm(self.profiles, self.residents, pod, policies))
         return tuple(found)
 
     # -- the pass -------------------------------------------------------------------------------
 
     def pod(self, pod: Pod | None) -> PodFacts:
         """Step 1: what the verdicts need of the request's Pod, its runtime class and policy."""
-        return pod_facts(runtime_class(pod), self.config, self.policy_for(pod_labels(pod)))
+        facts = pod_facts(runtime_class(pod), self.config, self.policy_for(pod_labels(pod)))
+        workload = pod_workload(pod)
+        return facts._replace(workload=workload) if workload else facts
 
     def verdicts(
         self,
@@ -180,9 +204,11 @@ class Judge:
         pod: PodFacts,
         now: float,
         nodes: Sequence[NodeFacts] | None = None,
+        fallback: bool = True,
     ) -> list[Verdict]:
-        """Steps 2-5 for the nodes ``names`` of one call; ``nodes``: the same nodes with what the
-        request told about each (their Kata labels), when it carried them."""
+        """Steps 2-6 for the nodes ``names`` of one call; ``nodes``: the same nodes with what the
+        request told about each (their Kata labels), when it carried them; ``fallback``: False
+        where the call is not every candidate (Volcano's predicate, one node a call)."""
         # 2. The cached table verdicts, or node by node where the nodes' Kata labels count.
         # Whether a verdict may be ``unproven`` is known without reading them all (step 4).
         kata_nodes = nodes if nodes is not None and pod.wants_kata else None
@@ -195,7 +221,7 @@ class Judge:
             unproven = table.may_be_unproven(names)
             self._trimmed(table)
         # 3. The per-node adjustments, for the nodes some source adds to.
-        sources = self.sources()
+        sources = self.sources(pod)
         touched: set[str] = set()
         for source in sources:
             touched |= source.touched(names, pod.policy, now)
@@ -211,15 +237,22 @@ class Judge:
                     unproven = unproven or verdict.unproven
             _put(names, verdicts, redo)
         # 4. No data is no proof, where other nodes of the call have data.
-        return settle(verdicts, pod.policy, self.config) if unproven else verdicts
+        if unproven:
+            verdicts = settle(verdicts, pod.policy, self.config)
+        # 5. Never starve: where no node passes a limit, the least interfered do.
+        return least_interfered(verdicts, pod.policy, self.config) if fallback else verdicts
 
     def node(self, facts: NodeFacts, pod: PodFacts, now: float) -> Verdict:
-        """The pass for a call about one node (Volcano's predicate)."""
-        return self.verdicts((facts.name,), pod, now, (facts,))[0]
+        """The pass for a call about one node (Volcano's predicate; its fallback is
+        ``extender.fallback.Rounds``, across the task's calls)."""
+        return self.verdicts((facts.name,), pod, now, (facts,), fallback=False)[0]
 
-    def terms(self, name: str, policy: Policy, now: float) -> NodeTerms:
-        """What the per-node adjustments add to node ``name`` (for explain and /v1/nodes)."""
-        return self._terms(self.sources(), name, policy, now)
+    def terms(
+        self, name: str, policy: Policy, now: float, pod: PodFacts | None = None
+    ) -> NodeTerms:
+        """What the per-node adjustments add to node ``name`` for ``pod`` (for explain and
+        /v1/nodes)."""
+        return self._terms(self.sources(pod), name, policy, now)
 
     def _terms(
         self, sources: Sequence[TermSource], name: str, policy: Policy, now: float
@@ -313,7 +346,7 @@ def settle(verdicts: list[Verdict], policy: Policy, config: VerdictConfig) -> li
     if not any(v.reason in _WITH_DATA for v in verdicts):
         return verdicts  # no data anywhere: fail open, the scores spread the pods
     rejected = no_data(policy, config)
-    return [rejected if v.unproven else v for v in verdicts]
+    return [rejected._replace(level=v.level) if v.unproven else v for v in verdicts]
 
 
 def _put(names: Sequence[str], verdicts: list[Verdict], redo: Mapping[str, Verdict]) -> None:

@@ -20,6 +20,7 @@ class PodFacts(NamedTuple):
     runtime_class: str | None
     wants_kata: bool
     policy: Policy = NO_POLICY  # the pod's workload-class policy (extender.policy)
+    workload: str = ""  # namespace/Kind/name of its controller (mco.workload): its profile
 
 
 class NodeFacts(NamedTuple):
@@ -34,6 +35,13 @@ class NodeTerms(NamedTuple):
 
     reserved: float = 0.0  # level expected from pods placed since the data (extender.reservation)
     avoided: float = 0.0  # x 100 off the score for pods the policy keeps away from (residents)
+    # Learned workload profiles (extender.profiles): the level the residents are expected to
+    # cause this pod (a floor under the measured level), and the harm this pod is expected to
+    # cause the residents (x 100 off the score, like avoided).
+    predicted: float = 0.0
+    inflicted: float = 0.0
+    kept_off: int = 0  # pods there the policy keeps away from, when it filters (avoidFilter)
+    gathered: float = 0.0  # x 100 onto the score for pods of the same policy (gatherPerPod)
 
 
 NO_TERMS: Final = NodeTerms()
@@ -56,8 +64,15 @@ class Reason:
     # No fresh data, under a policy with maxLevel, while other nodes of the same call have data
     # (extender.judge: "no data is no proof").
     NO_DATA: Final = "no_data"
+    # Rejected by one of the policy's limits (maxLevel, hard constraints, no data), yet passed:
+    # no node of the call is within them, and this one is among the least interfered
+    # (extender.fallback: a limit never leaves a pod pending while nodes fit it).
+    LEAST_INTERFERED: Final = "least_interfered"
+    # A pod of the policy's avoidPolicies runs there, and the policy filters (avoidFilter).
+    AVOIDED: Final = "avoided"
     ALL: Final = (
-        OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA
+        OK, NO_LEVEL, UNKNOWN, STALE, KATA_NOT_READY, HARD_CONSTRAINT, MAX_LEVEL, NO_DATA,
+        LEAST_INTERFERED, AVOIDED,
     )  # fmt: skip
 
 
@@ -71,6 +86,9 @@ class Verdict(NamedTuple):
     # Passed without fresh data although the policy has a maxLevel that the neutral level (plus
     # the node's reservation) exceeds: the call rejects it where other nodes have data.
     unproven: bool = False
+    # The level the node counts as for the pod (measured or neutral, plus reservation, at least
+    # triggeredLevel where triggered): what ranks rejected nodes for the fallback.
+    level: float = 0.0
 
     @property
     def volcano_code(self) -> int:
@@ -87,6 +105,7 @@ def _verdict(
     score: float,
     unresolvable: bool,
     unproven: bool = False,
+    level: float = 0.0,
 ) -> Verdict:
     return Verdict(
         passed,
@@ -96,6 +115,7 @@ def _verdict(
         min(10, max(0, int(score / 10 + 0.5))),
         unresolvable,
         unproven,
+        level,
     )
 
 
@@ -128,23 +148,46 @@ def _missing(
 ) -> Verdict:
     """No fresh data. Fail-closed: rejected. Fail-open: passed at the neutral level plus the
     node's reservation, and ``unproven`` when that is above the policy's maxLevel."""
+    level = max(neutral_level(config), terms.predicted) + terms.reserved
     if config.fail_closed:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
-        return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable)
-    level = neutral_level(config) + terms.reserved
+        return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable, level=level)
     unproven = policy.max_level is not None and level > policy.max_level
     if terms == NO_TERMS:
         message = f"{message}: neutral score"
-        return _verdict(True, reason, message, config.neutral_score, False, unproven)
+        return _verdict(True, reason, message, config.neutral_score, False, unproven, level)
     score = weighted_score(min(1.0, level), policy.score_weight, config.neutral_score)
     said = [f"{message}: neutral score"]
     if terms.reserved > 0:
         said.append(f"- reservation {terms.reserved:.4g} (pods placed on it recently)")
+    if terms.kept_off > 0:
+        return _avoided(policy, config, terms, level)
+    if terms.predicted > neutral_level(config):
+        said.append(f"raised to {terms.predicted:.4g} predicted from the residents' profiles")
     if terms.avoided > 0:
         score = round(max(0.0, score - 100.0 * terms.avoided), 6)
         said.append(f"- {100 * terms.avoided:.4g} for pods of "
                     f"{', '.join(policy.avoid_policies)} on the node (avoidPolicies)")  # fmt: skip
-    return _verdict(True, reason, " ".join(said), score, False, unproven)
+    if terms.inflicted > 0:
+        score = round(max(0.0, score - 100.0 * terms.inflicted), 6)
+        said.append(f"- {100 * terms.inflicted:.4g} for the harm predicted to the residents")
+    if terms.gathered > 0:
+        score = round(min(100.0, score + 100.0 * terms.gathered), 6)
+        said.append(f"+ {100 * terms.gathered:.4g} for pods of {policy.name} on the node "
+                    "(gatherPerPod)")  # fmt: skip
+    return _verdict(True, reason, " ".join(said), score, False, unproven, level)
+
+
+def _avoided(policy: Policy, config: VerdictConfig, terms: NodeTerms, level: float) -> Verdict:
+    """A node running pods the policy keeps off, under ``avoidFilter``: rejected, ranked for the
+    fallback by its level plus what the pods there count (extender.fallback)."""
+    unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+    message = (
+        f"mco: {terms.kept_off} pod(s) of {', '.join(policy.avoid_policies)} run on the node, "
+        f"which policy {policy.name} keeps its pods off while other nodes remain (avoidFilter)"
+    )
+    rank = min(1.0, level) + terms.avoided
+    return _verdict(False, Reason.AVOIDED, message, 0.0, unresolvable, level=rank)
 
 
 def no_data(policy: Policy, config: VerdictConfig) -> Verdict:
@@ -197,7 +240,7 @@ def decide(
     ``100 x avoided`` is taken off the score after the policy's scoreWeight (it protects those
     pods, whatever this pod's own weight), never below 0; it never filters. A node without
     fresh data counts at the neutral level plus its reservation (`_missing`)."""
-    reserved, avoided = terms
+    reserved, avoided = terms.reserved, terms.avoided
     if pod.wants_kata:
         # Ready when the report or the node's label says so, and only then: fail-open is about
         # interference data, but a Kata pod on a node without Kata cannot even start, so no
@@ -238,14 +281,23 @@ def decide(
     if not entry.schedulable:
         if policy.hard_constraints == "Enforce":
             unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
+            base = neutral_level(config) if entry.level is None else entry.level
             return _verdict(
-                False, Reason.HARD_CONSTRAINT, _violation_text(node.name, entry), 0.0, unresolvable
+                False,
+                Reason.HARD_CONSTRAINT,
+                _violation_text(node.name, entry),
+                0.0,
+                unresolvable,
+                level=min(1.0, max(0.0, base) + reserved),
             )
         note = f"hard constraints ignored by policy {policy.name}"
     if entry.level is None:
+        if terms.kept_off > 0:
+            return _avoided(policy, config, terms, neutral_level(config) + reserved)
         message = "mco: no detection had data: neutral score"
         return _verdict(True, Reason.NO_LEVEL, f"{message}; {note}" if note else message,
-                        config.neutral_score, False)  # fmt: skip
+                        config.neutral_score, False,
+                        level=neutral_level(config) + reserved)  # fmt: skip
     measured = min(1.0, max(0.0, entry.level))
     floor = ""
     if policy.triggered_level > measured:
@@ -253,6 +305,9 @@ def decide(
         if triggered:
             measured = policy.triggered_level
             floor = f" (triggered: {', '.join(triggered)}; triggeredLevel {measured:g})"
+    if terms.predicted > measured:  # what the residents' profiles say they do to such pods
+        measured = min(1.0, terms.predicted)
+        floor += f" (predicted from the residents' profiles: {measured:.3g})"
     level = min(1.0, measured + reserved)
     if policy.max_level is not None and level > policy.max_level:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
@@ -264,17 +319,29 @@ def decide(
             f"{policy.max_level:g}, the maxLevel of policy {policy.name}",
             0.0,
             unresolvable,
+            level=level,
         )
+    if terms.kept_off > 0:
+        return _avoided(policy, config, terms, level)
     score = weighted_score(level, policy.score_weight, config.neutral_score)
     said = [note] if note else []
+    if terms.gathered > 0:  # like avoided, not scaled by this pod's scoreWeight
+        score = round(min(100.0, score + 100.0 * terms.gathered), 6)
+        said.insert(0, f"score + {100 * terms.gathered:.4g} for pods of {policy.name} on the "
+                       "node (gatherPerPod)")  # fmt: skip
     if avoided > 0:  # it protects other pods: not scaled by this pod's scoreWeight
         score = round(max(0.0, score - 100.0 * avoided), 6)
         kept_from = ", ".join(policy.avoid_policies)
         said.insert(0, f"score - {100 * avoided:.4g} for pods of {kept_from} on the node "
                        "(avoidPolicies)")  # fmt: skip
+    if terms.inflicted > 0:  # it protects the residents, like avoided
+        score = round(max(0.0, score - 100.0 * terms.inflicted), 6)
+        said.insert(0, f"score - {100 * terms.inflicted:.4g} for the harm predicted to the "
+                       "residents (profiles)")  # fmt: skip
     if reserved > 0:  # shown apart from the measured level
         said.insert(0, f"measured level {measured:.4g} + reservation {reserved:.4g} "
                        f"(pods placed since the data) = {level:.4g}")  # fmt: skip
     if floor:
         said.insert(0, f"level {measured:.4g}{floor}")
-    return _verdict(True, Reason.OK, f"mco: {'; '.join(said)}" if said else "", score, False)
+    message = f"mco: {'; '.join(said)}" if said else ""
+    return _verdict(True, Reason.OK, message, score, False, level=level)

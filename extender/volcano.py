@@ -18,6 +18,7 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.decisions import note
+from extender.fallback import Rounds
 from extender.judge import Judge
 from extender.verdict import Verdict, pod_facts
 from extender.wire import (
@@ -314,13 +315,20 @@ def _tasks(body: Body, pattern: re.Pattern[bytes], statuses: frozenset[int]) -> 
     return tasks
 
 
-def predicate(args: PredicateArgs, judge: Judge, now: float) -> tuple[PredicateResult, Verdict]:
+def predicate(
+    args: PredicateArgs, judge: Judge, now: float, rounds: Rounds | None = None
+) -> tuple[PredicateResult, Verdict]:
+    """One node's verdict; with ``rounds``, a task whose previous round failed on every node
+    passes on the least interfered of them (``extender.fallback``)."""
     assert args.node is not None  # checked by decode_predicate
     info = args.node
     facts = (info.node or Node()).facts(info.name)
     pod = judge.pod(args.task.pod if args.task is not None else None)
+    key = pod_key(args.task.pod if args.task else None)
     verdict = judge.node(facts, pod, now)
-    note(pod_key(args.task.pod if args.task else None), pod, (facts.name,), (verdict,))
+    if rounds is not None and key:
+        verdict = rounds.predicate(key, facts.name, verdict, pod.policy, judge.config, now)
+    note(key, pod, (facts.name,), (verdict,))
     if verdict.passed:
         return PredicateResult("", 0), verdict
     return PredicateResult(verdict.message, verdict.volcano_code), verdict

@@ -59,6 +59,15 @@ class Policy(msgspec.Struct, rename="camel", omit_defaults=True):
     # least this (for maxLevel and the score): a signal just past warn has index 0 and barely
     # moves the level, yet the detection says the node interferes.
     triggered_level: Fraction = 0.0
+    # Dynamic segregation. ``avoid_filter``: nodes running a pod of ``avoid_policies`` are
+    # filtered for these pods while nodes without one remain in the call (where none remains,
+    # the least interfered pass: extender.fallback), so online pods keep a pool of nodes to
+    # themselves that follows where they run, without labels on nodes or starving these pods.
+    # ``gather_per_pod``: each pod of this same policy on a node adds ``100 x gather_per_pod``
+    # to the node's score for these pods (at most 100): online pods gather on the nodes that
+    # already hold online pods, so the pool stays small and batch keeps the other nodes.
+    avoid_filter: bool = False
+    gather_per_pod: Fraction = 0.0
 
 
 def _class(value: str) -> LabelSelector:
@@ -105,13 +114,15 @@ def to_spec(policies: Sequence[Policy]) -> list[dict[str, Any]]:
         entry["avoidPolicies"] = list(p.avoid_policies)
         entry["avoidPerPod"] = p.avoid_per_pod
         entry["triggeredLevel"] = p.triggered_level
+        entry["avoidFilter"] = p.avoid_filter
+        entry["gatherPerPod"] = p.gather_per_pod
         out.append(entry)
     return out
 
 
 _FIELDS: Final = ("name", "podSelector", "maxLevel", "hardConstraints", "scoreWeight",
                   "reservationPerPod", "avoidPolicies", "avoidPerPod",
-                  "triggeredLevel")  # fmt: skip
+                  "triggeredLevel", "avoidFilter", "gatherPerPod")  # fmt: skip
 
 
 def _number(raw: Mapping[str, Any], key: str, path: str, top: float, problems: list[str]) -> None:
@@ -135,6 +146,17 @@ def _avoid_names(raw: Mapping[str, Any], path: str, problems: list[str]) -> None
     for name in names:
         if not isinstance(name, str) or len(name) > MAX_NAME or not _NAME.match(name):
             problems.append(f"{path}.avoidPolicies: {str(name)[:80]!r} is not a policy name")
+
+
+def check_policy_names(policies: Sequence[Policy]) -> None:
+    """ValueError unless the names are unique and there are at most ``MAX_POLICIES``: readers
+    key their tables by policy name, so two alike would judge one pod by the other's policy."""
+    if len(policies) > MAX_POLICIES:
+        raise ValueError(f"at most {MAX_POLICIES} policies, got {len(policies)}")
+    names = [p.name for p in policies]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"policy names must be unique: {', '.join(twice)[:200]} used twice")
 
 
 def parse_policies(raw: Any, path: str, problems: list[str]) -> tuple[Policy, ...]:
@@ -173,6 +195,10 @@ def parse_policies(raw: Any, path: str, problems: list[str]) -> tuple[Policy, ..
         _number(item, "reservationPerPod", where, 1.0, problems)
         _number(item, "avoidPerPod", where, 1.0, problems)
         _number(item, "triggeredLevel", where, 1.0, problems)
+        _number(item, "gatherPerPod", where, 1.0, problems)
+        if "avoidFilter" in item and not isinstance(item["avoidFilter"], bool):
+            problems.append(f"{where}.avoidFilter: expected true or false, got "
+                            f"{str(item['avoidFilter'])[:80]!r}")  # fmt: skip
         _avoid_names(item, where, problems)
         mode = item.get("hardConstraints", "Enforce")
         if mode not in HARD_CONSTRAINTS:

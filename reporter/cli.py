@@ -39,11 +39,12 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.nodeapi import NodeApi
+from reporter.profiles import DEFAULT_HALF_LIFE, DEFAULT_MAX_WORKLOADS, ProfileBook
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
-from reporter.taints import NodeTainter
+from reporter.taints import DEFAULT_MAX_SHARE, NodeTainter
 from reporter.tiers import NodeTierLabeller
 from rulegen.model import ConfigError
 
@@ -100,6 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="also rewrite a live entry whose sampleTime is older than this (for readers that "
         "ignore the heartbeat; 0: never)",
     )
+    prof = p.add_argument_group(
+        "workload profiles",
+        "learn from the victims and aggressors which workloads pollute and which suffer, per "
+        "resource, into status.profiles (off with --compact: no lists are asked for)",
+    )
+    prof.add_argument(
+        "--profile-half-life",
+        type=duration,
+        default=DEFAULT_HALF_LIFE,
+        metavar="DURATION",
+        help="what a profile learned weighs half as much after this (default 1h)",
+    )
+    prof.add_argument(
+        "--profile-max-workloads",
+        type=int,
+        default=DEFAULT_MAX_WORKLOADS,
+        help="profiles kept at most; the least observed go first (default 500)",
+    )
+    prof.add_argument(
+        "--profile-publish-interval",
+        type=duration,
+        default=30.0,
+        metavar="DURATION",
+        help="write status.profiles at most this often (default 30s; 0: never)",
+    )
     kube = p.add_argument_group("Kubernetes")
     kube.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube")
     kube.add_argument("--api-timeout", type=duration, default=10.0, metavar="DURATION")
@@ -129,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         metavar="DURATION",
         help="list every Node again this often (default 10m; 0: only at a leader term's start)",
+    )
+    taints.add_argument(
+        "--taint-max-share",
+        type=float,
+        default=DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="most of the Nodes tainted at once; past it the rest are held back and left to the "
+        "extender (default %(default)s; 1: no bound)",
     )
     tiers = p.add_argument_group(
         "tier-label mode",
@@ -225,6 +259,7 @@ async def run(settings: ReporterSettings) -> int:
             qps=settings.taint.qps,
             burst=settings.taint.burst,
             resync=settings.taint.resync,
+            max_share=settings.taint.max_share,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
     labeller: NodeTierLabeller | None = None
@@ -269,6 +304,8 @@ async def run(settings: ReporterSettings) -> int:
                 refresh_after=settings.refresh_after,
                 tainter=tainter,
                 labeller=labeller,
+                profiles=ProfileBook(settings.profile_half_life, settings.profile_max_workloads),
+                profile_interval=settings.profile_publish_interval,
             )
             if settings.once:
                 await rules.refresh()

@@ -143,6 +143,12 @@ class ReporterMetrics:
             "Taint changes due at the last cycle but held back by the rate limit or a back-off.",
             registry=r,
         )
+        self.taint_held_back = Gauge(
+            selfmetrics.REPORTER_TAINT_HELD_BACK,
+            "Nodes with a held hard constraint left untainted at the last cycle: more would pass "
+            "--taint-max-share of the Nodes.",
+            registry=r,
+        )
         self.tier_changes = Counter(
             selfmetrics.REPORTER_TIER_CHANGES,
             "Tier labels written (--tier-label-nodes), by the tier set (none: label removed).",

@@ -27,6 +27,7 @@ class TaintSettings:
     qps: float = 5.0
     burst: int = 10
     resync: float = 600.0  # seconds between full Node lists; 0: only at a leader term's start
+    max_share: float = 0.5  # of the Nodes tainted at once (reporter.taints.DEFAULT_MAX_SHARE)
 
 
 def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
@@ -40,7 +41,9 @@ def taint_settings(args: argparse.Namespace) -> TaintSettings | None:
         raise ValueError("--taint-qps must be positive and --taint-burst at least 1")
     if args.taint_resync < 0:
         raise ValueError("--taint-resync must not be negative")
-    return TaintSettings(args.taint_qps, args.taint_burst, args.taint_resync)
+    if not 0 < args.taint_max_share <= 1:
+        raise ValueError("--taint-max-share must be above 0 and at most 1")
+    return TaintSettings(args.taint_qps, args.taint_burst, args.taint_resync, args.taint_max_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,9 @@ class ReporterSettings:
     signal_epsilon: float = 0.05
     live_within: float | None = None
     refresh_after: float = 0.0
+    profile_half_life: float = 3600.0
+    profile_max_workloads: int = 500
+    profile_publish_interval: float = 30.0
     kubeconfig: str | None = None
     api_timeout: float = 10.0
     taint: TaintSettings | None = None  # --taint-nodes; None: off, no Node is touched
@@ -104,6 +110,12 @@ class ReporterSettings:
         sources = tuple(source_configs(args))
         if args.interval <= 0:
             raise ValueError("--interval must be positive")
+        if not args.profile_half_life > 0:
+            raise ValueError("--profile-half-life must be positive")
+        if args.profile_max_workloads < 1:
+            raise ValueError("--profile-max-workloads must be at least 1")
+        if args.profile_publish_interval < 0:
+            raise ValueError("--profile-publish-interval must not be negative")
         return cls(
             sources=sources,
             interval=args.interval,
@@ -117,6 +129,9 @@ class ReporterSettings:
             signal_epsilon=args.signal_epsilon,
             live_within=args.live_within,
             refresh_after=args.refresh_after,
+            profile_half_life=args.profile_half_life,
+            profile_max_workloads=args.profile_max_workloads,
+            profile_publish_interval=args.profile_publish_interval,
             kubeconfig=args.kubeconfig,
             api_timeout=args.api_timeout,
             taint=taint_settings(args),

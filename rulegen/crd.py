@@ -80,12 +80,17 @@ _FIELD_HELP: Final[dict[str, str]] = {
     "until the node's data shows it (the extender's reservation).",
     "avoidPolicies": "Names of policies whose pods these pods keep away from: each of their "
     "pods on a node takes 100 x avoidPerPod off the node's score for these pods, after "
-    "scoreWeight (it never filters). The extender learns the pods on each node from "
-    "--watch-pods (kube-scheduler; without it this has no effect there) or from the tasks of "
-    "Volcano's NodeInfos.",
+    "scoreWeight (it filters only with avoidFilter). The extender learns the pods on each "
+    "node from --watch-pods (kube-scheduler; without it this has no effect there) or from the "
+    "tasks of Volcano's NodeInfos.",
     "avoidPerPod": "Score (over 100) each pod of avoidPolicies on a node takes off it.",
     "triggeredLevel": "A node where any detection is triggered counts, for these pods, as if "
     "its interference level were at least this (for maxLevel and the score); 0: off.",
+    "avoidFilter": "Filter instead of score: nodes running a pod of avoidPolicies are "
+    "filtered for these pods while nodes without one remain; where none remains, the least "
+    "interfered pass (a policy never leaves a pod pending while nodes fit it).",
+    "gatherPerPod": "Score (over 100) each pod of this same policy on a node adds to it: "
+    "these pods gather on the nodes that already hold them.",
 }
 
 
@@ -280,6 +285,12 @@ def _policies(default: list[dict[str, Any]]) -> dict[str, Any]:
             },
             "avoidPerPod": _number(0.0, _FIELD_HELP["avoidPerPod"], maximum=1),
             "triggeredLevel": _number(0.0, _FIELD_HELP["triggeredLevel"], maximum=1),
+            "avoidFilter": {
+                "type": "boolean",
+                "default": False,
+                "description": _FIELD_HELP["avoidFilter"],
+            },
+            "gatherPerPod": _number(0.0, _FIELD_HELP["gatherPerPod"], maximum=1),
         },
     }
     return {

@@ -85,12 +85,16 @@ class TraceShape:
     burst_every: float = 60.0
 
 
-SCENARIOS = ("labelled", "unlabelled", "phases")
+SCENARIOS = ("labelled", "unlabelled", "phases", "churn")
 # The resource an aggressor profile loads most: what an online pod of that profile (the
 # ``unlabelled`` scenario's online aggressors) is itself sensitive to.
 LOADS = {"io-heavy": "io", "cache-heavy": "cache", "memory-heavy": "memory"}
 # ``phases``: an aggressor's phase lasts this share of the trace, drawn uniformly.
 PHASE_SPAN = (0.05, 0.15)
+# ``churn``: an online workload rolls its pod (a Deployment's rolling update, one replica) every
+# this share of the trace, drawn uniformly per workload: 60-150 s of the 600 s default run,
+# "every few minutes" of a busy service's deploys compressed as the trace is.
+ROLL_SPAN = (0.1, 0.25)
 UNLABELLED_SHARE = 0.5  # of the aggressor workloads (steady pods, bursts) without a class label
 ONLINE_AGGRESSOR_SHARE = 0.25  # of the online pods whose own demand is an aggressor's
 
@@ -105,6 +109,8 @@ def generate(shape: TraceShape, seed: int, scenario: str = "labelled") -> list[P
         return unlabelled(pods, random.Random(f"unlabelled-{seed}"))
     if scenario == "phases":
         return phases(pods, random.Random(f"phases-{seed}"), shape.duration)
+    if scenario == "churn":
+        return churn(pods, random.Random(f"churn-{seed}"), shape.duration)
     raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
 
 
@@ -128,6 +134,27 @@ def unlabelled(pods: list[PodSpec], rng: random.Random) -> list[PodSpec]:
             p = replace(p, labelled=rng.random() >= UNLABELLED_SHARE)
         out.append(p)
     return out
+
+
+def churn(pods: list[PodSpec], rng: random.Random, duration: float) -> list[PodSpec]:
+    """Every online pod is one replica of a workload that rolls it every ``ROLL_SPAN`` of the
+    trace: the pod ends at the roll and its successor (same profile, a new pod to place)
+    arrives then, until the trace ends; the last one outlives it. Each roll is a new placement
+    among whatever aggressors run by then, where a long-lived online pod was placed once."""
+    out = []
+    for p in pods:
+        if not p.online:
+            out.append(p)
+            continue
+        period = rng.uniform(*ROLL_SPAN) * duration
+        at, generation = p.arrival, 0
+        while at + period < duration:
+            name = p.name if generation == 0 else f"{p.name}-r{generation}"
+            out.append(replace(p, name=name, arrival=at, lifetime=period))
+            at, generation = at + period, generation + 1
+        name = p.name if generation == 0 else f"{p.name}-r{generation}"
+        out.append(replace(p, name=name, arrival=at, lifetime=p.lifetime))
+    return sorted(out, key=lambda q: (q.arrival, q.name))
 
 
 def phases(pods: list[PodSpec], rng: random.Random, duration: float) -> list[PodSpec]:

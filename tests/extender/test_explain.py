@@ -209,11 +209,19 @@ async def test_the_policy_changes_the_verdict_and_its_arithmetic(client):
     assert scavenger["score"] == weighted_score(0.25, 0.5, 60.0) == 67.5
     assert scavenger["explanation"]["score"]["policyWeight"] == 0.5
     assert scavenger["explanation"]["reservation"]["perPod"] == 0.2
-    answer = await explain(client, {"pod": pod(labels={"tier": "online"}), "nodes": ["nopsi"]})
+    nodes = ["nopsi", "calm"]  # calm passes, so nopsi's rejection stands (extender.fallback)
+    answer = await explain(client, {"pod": pod(labels={"tier": "online"}), "nodes": nodes})
     assert answer["pod"]["policy"]["maxLevel"] == 0.3
-    [busy] = answer["nodes"]
+    busy, _calm = answer["nodes"]
     assert (busy["passed"], busy["reason"]) == (False, "max_level")
     assert busy["explanation"]["path"]["taken"] == "policy maxLevel: rejected"
+    # Asked alone, no node of the call is within the policy's limits: the least interfered pass.
+    [alone] = (await explain(client, {"pod": pod(labels={"tier": "online"}), "nodes": ["nopsi"]}))[
+        "nodes"
+    ]
+    assert (alone["passed"], alone["reason"]) == (True, "least_interfered")
+    assert "above 0.3, the maxLevel of policy online" in alone["message"]
+    assert alone["explanation"]["path"]["taken"].startswith("least interfered: passed")
 
 
 def allocate(uid: str, node: str, labels: dict[str, str]) -> bytes:
@@ -239,12 +247,14 @@ async def test_the_reservation_that_applied_is_in_the_level_and_listed(client):
     assert level["used"] == pytest.approx(0.65)
     assert calm["score"] == why["score"]["score"] == weighted_score(0.65, 1.0, 60.0)
     online = await one(client, "calm", labels={"tier": "online"})  # maxLevel 0.3 < 0.65
-    assert (online["passed"], online["reason"]) == (False, "max_level")
-    assert "reserved" in online["message"]
+    # The call's only node, over the limit: passed as the least interfered, saying why not.
+    assert (online["passed"], online["reason"]) == (True, "least_interfered")
+    assert "reserved" in online["message"] and "maxLevel" in online["message"]
 
 
 async def test_a_held_hard_constraint_is_told_apart_from_an_exceeded_one(client):
-    held = await one(client, "held")
+    answer = await explain(client, {"pod": pod(), "nodes": ["held", "calm"]})
+    held = answer["nodes"][0]
     assert (held["passed"], held["reason"]) == (False, "hard_constraint")
     assert "psi_memory_full" in held["message"]  # the short form stays short
     constraint = held["explanation"]["hardConstraints"]["psi_memory_full"]
@@ -420,6 +430,9 @@ async def test_explain_answers_what_filter_and_prioritize_answer(client, labels,
     # Neutral 60 is level 0.4, above online's maxLevel 0.3: rejected where another node of the
     # call has data (calm passes, held is over a hard constraint, nopsi has no level).
     with_data = online and bool({"calm", "held", "nopsi"} & set(names))
-    assert reasons["ghost"] == ("no_data" if with_data else "unknown")
+    # Where no node of the call passes (held over a hard constraint, nopsi over maxLevel), the
+    # least interfered pass: ghost at the neutral level 0.4 (extender.fallback).
+    rejected = "least_interfered" if "calm" not in names else "no_data"
+    assert reasons["ghost"] == (rejected if with_data else "unknown")
     if "old" in names:  # stale data is no data either
-        assert reasons["old"] == ("no_data" if with_data else "stale")
+        assert reasons["old"] == (rejected if with_data else "stale")

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.config import VerdictConfig
+from extender.fallback import least_interfered
 from extender.judge import Judge, settle
 from extender.reports import ReportStore
 from extender.reservation import POD_WATCH, Placement, Reservations
@@ -84,7 +85,8 @@ def test_tables_agree_with_decide(ops, runtime_class, fail_closed):
             publish()
         else:
             names = op[1]
-            assert judge.verdicts(names, pod, now) == [expected(n) for n in names]
+            decided = least_interfered([expected(n) for n in names], pod.policy, config)
+            assert judge.verdicts(names, pod, now) == decided
 
 
 def test_a_new_sample_time_alone_keeps_the_cached_verdict_and_extends_it():
@@ -248,17 +250,22 @@ def test_one_table_per_policy_and_a_new_report_config_drops_them() -> None:
                 )
                 for n in names
             ]
-            expected = settle(decided, policy, config)  # the call's rule for nodes without data
+            # The call's rules for nodes without data, then for a call where none passes.
+            expected = least_interfered(settle(decided, policy, config), policy, config)
             assert [v[:5] for v in verdicts] == [v[:5] for v in expected], policy.name
-    # Every known node over strict's 0.05: the node without data is no fallback (no data is no
-    # proof while other nodes have data), so nothing passes.
+    # Every known node over strict's 0.05, and the node without data rejected (no data is no
+    # proof while other nodes have data): the least interfered passes (extender.fallback), a at
+    # 0.1; c (0.2, its hard constraint ignored), b (0.5) and the unknown node (neutral 0.4) stay
+    # rejected, more than the margin above it.
     strict_verdicts = judge.verdicts(names, pod_facts(None, config, strict), T0 + 1)
     assert [(v.passed, v.reason) for v in strict_verdicts] == [
-        (False, "max_level"),
+        (True, "least_interfered"),
         (False, "max_level"),
         (False, "max_level"),
         (False, "no_data"),
     ]
+    assert strict_verdicts[0].level == pytest.approx(0.1)
+    assert "above 0.05, the maxLevel of policy strict" in strict_verdicts[0].message
     assert judge.table_entries() == 3 * 5  # one table per distinct policy
     report = cluster_report(nodes)
     report.status.config = ReportConfig("5s", 70.0, [Policy("only", max_level=0.2)], 9)

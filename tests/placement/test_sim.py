@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from dataclasses import replace
 
@@ -276,3 +277,25 @@ def test_phases_scenario_switches_aggressors_between_heavy_and_quiet() -> None:
     assert c.phase(placement, 21.0) and c.nodes["n-0000"].signals() == loud
     c.finish(placement)
     assert not c.nodes["n-0000"].quiet
+
+
+def test_churn_scenario_rolls_each_online_workload_every_few_minutes() -> None:
+    shape = TraceShape(duration=600, nodes=10, burst_every=60)
+    labelled, churned = generate(shape, 4), generate(shape, 4, "churn")
+    assert [p for p in churned if not p.online] == [p for p in labelled if not p.online]
+    by_workload: dict[str, list[PodSpec]] = {}
+    for p in churned:
+        if p.online:
+            by_workload.setdefault(p.name.split("-r")[0], []).append(p)
+    assert sorted(by_workload) == sorted(p.name for p in labelled if p.online)
+    rolled = 0
+    for first, *rest in (sorted(g, key=lambda p: p.arrival) for g in by_workload.values()):
+        original = next(p for p in labelled if p.name == first.name)
+        assert first.arrival == original.arrival and first.profile == original.profile
+        chain = [first, *rest]
+        for a, b in itertools.pairwise(chain):  # each successor arrives at the roll
+            assert b.arrival == pytest.approx(a.arrival + a.lifetime)
+            assert 60 <= a.lifetime <= 150 and b.profile == a.profile  # 10-25 % of the trace
+        assert chain[-1].arrival + chain[-1].lifetime > shape.duration  # the last outlives it
+        rolled += len(rest)
+    assert rolled > len(by_workload)  # most workloads roll more than once
