@@ -324,3 +324,17 @@ def native_scores(nodes: Iterable[Node], pod: PodSpec) -> dict[str, int]:
         for name, s in spread.items():
             total[name] += s * POD_TOPOLOGY_SPREAD_WEIGHT
     return total
+
+
+# default_plugins.go: {Name: names.NodeAffinity, Weight: ptr.To[int32](2)}.
+NODE_AFFINITY_WEIGHT = 2
+
+
+def normalize_node_affinity(raw: dict[str, int]) -> dict[str, int]:
+    """NodeAffinity's NormalizeScore (node_affinity.go: ``helper.DefaultNormalizeScore(
+    framework.MaxNodeScore, false, scores)``): ``MaxNodeScore * s / maxCount`` (integer
+    division), every score unchanged when the highest is 0."""
+    hi = max(raw.values(), default=0)
+    if hi == 0:
+        return dict(raw)
+    return {n: MAX_NODE_SCORE * s // hi for n, s in raw.items()}

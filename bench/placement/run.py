@@ -3,7 +3,8 @@ what Kubernetes offers without it?
 
 One seeded trace of online and batch pods is scheduled, in real time, onto several simulated
 clusters at once, one per (policy set, protocol): the baselines (``default``,
-``native-affinity``, ``node-pool``: kube-scheduler without MCO), ``mco-labels-only`` (MCO with
+``native-affinity``, ``node-pool``: kube-scheduler without MCO), ``tier-labels`` (MCO's zero-call
+path: the tier label and a preferred node affinity, no extender), ``mco-labels-only`` (MCO with
 its interference signal switched off) and ``mco-full``. Each cluster's node signals come from
 the contention model (docs/placement-model.md) and are served as mco-exporter series to a real
 Prometheus evaluating the generated rules; the real mco-reporter writes the report and the real
@@ -60,6 +61,7 @@ from bench.placement.scheduler import (
     uid,
 )
 from bench.placement.target import LiveFleet, serving
+from bench.placement.tiers import TierLabels
 from bench.placement.trace import SCENARIOS, PodSpec, TraceShape, generate
 
 # The headline's targets per scenario: harmed mco/best-baseline (the scenarios where labels
@@ -153,6 +155,9 @@ POLICY_SETS = (
     PolicySet("default", extender=False),
     PolicySet("native-affinity", extender=False, baseline="native"),
     PolicySet("node-pool", extender=False, baseline="pool"),
+    # MCO without an extender call: the tier label and the chart's preferred node affinity
+    # (bench.placement.tiers), scored by kube-scheduler's NodeAffinity.
+    PolicySet("tier-labels", extender=False, baseline="tiers"),
     PolicySet("mco-labels-only", True, reservation=True, hysteresis=True, overrides=LABELS_ONLY),
     PolicySet("mco-full", extender=True, reservation=True, hysteresis=True),
 )
@@ -571,6 +576,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                             pool=pool(cluster, args.node_pool_share)
                             if policy.baseline == "pool"
                             else frozenset(),
+                            tiers=TierLabels() if policy.baseline == "tiers" else None,
                         )
                     elif protocol == "kube":
                         scheduler = KubeExtender(session, extender.url)
@@ -608,6 +614,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 views = views_of(pipelines)
                 for run in runs:
                     run.view = views[run.policy.pipeline]
+                update_tiers(runs, 0.0)
                 cpu0 = {r.label: r.extender.cpu_seconds() for r in runs if r.extender}
                 t0 = time.monotonic()
                 next_observe = 1.0
@@ -618,6 +625,7 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                     if now >= next_observe:
                         views = views_of(pipelines)
                         observe(runs, views, time.monotonic() - t0, args.tolerance)
+                        update_tiers(runs, time.monotonic() - t0)
                         next_observe = max(next_observe + 1.0, now)
                     if now - last_progress >= 30:
                         last_progress = now
@@ -637,6 +645,9 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                 for row, run in zip(rows, runs, strict=True):
                     row["pipeline"] = run.policy.pipeline
                     row["extender_requests"] = dict(run.scheduler.requests)
+                    tiers = getattr(run.scheduler, "tiers", None)
+                    if tiers is not None:
+                        row["tier_label_changes"] = tiers.changes
                     row["rule_evaluation"] = evaluation[run.policy.pipeline]
                 return rows
         finally:
@@ -659,6 +670,14 @@ def down_nodes(cluster: Cluster, share: float) -> frozenset[str]:
     names = list(cluster.nodes)
     k = min(round(share * len(names)), len(names) - 1)
     return frozenset(names[len(names) - k :]) if k > 0 else frozenset()
+
+
+def update_tiers(runs: list[Run], now: float) -> None:
+    """The ``tier-labels`` clusters' labels follow their view, as the reporter's would."""
+    for run in runs:
+        tiers = getattr(run.scheduler, "tiers", None)
+        if tiers is not None:
+            tiers.update({n: e for n, e in run.view.items() if n in run.cluster.nodes}, now)
 
 
 def views_of(pipelines: dict[str, Pipeline]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -37,6 +37,7 @@ import aiohttp
 
 from bench.placement import kubeframework, wire
 from bench.placement.cluster import Cluster, Node
+from bench.placement.tiers import TierLabels
 from bench.placement.trace import WORKLOAD_CLASS, PodSpec
 
 PREDICATE_CONCURRENCY = 16
@@ -103,9 +104,18 @@ class DefaultScheduler(_Timed):
 
     protocol = "none"
 
-    def __init__(self, *, native: bool = False, pool: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        *,
+        native: bool = False,
+        pool: frozenset[str] = frozenset(),
+        tiers: TierLabels | None = None,
+    ) -> None:
         super().__init__()
         self.native, self.pool = native, pool
+        # ``tier-labels``: the pods' preferred node affinity on MCO's tier label, scored by
+        # NodeAffinity (weight 2, normalised): MCO's zero-call path.
+        self.tiers = tiers
         self.search = kubeframework.NodeSearch()
 
     def admits(self, pod: PodSpec) -> Callable[[Node], bool] | None:
@@ -121,8 +131,12 @@ class DefaultScheduler(_Timed):
         if self.native:
             totals = kubeframework.native_scores((cluster.nodes[n] for n in names), pod)
             return kubeframework.select_host(list(totals.items()), rng)
-        scores = [(n, kubeframework.score(cluster.nodes[n], pod)) for n in names]
-        return kubeframework.select_host(scores, rng)
+        scores = {n: kubeframework.score(cluster.nodes[n], pod) for n in names}
+        raw = self.tiers.raw_scores(names, pod) if self.tiers is not None else None
+        if raw is not None:
+            for name, s in kubeframework.normalize_node_affinity(raw).items():
+                scores[name] += s * kubeframework.NODE_AFFINITY_WEIGHT
+        return kubeframework.select_host(list(scores.items()), rng)
 
 
 class KubeExtender(_Timed):

@@ -43,11 +43,15 @@ def test_smoke_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario:
         "default/none",
         "native-affinity/none",
         "node-pool/none",
+        "tier-labels/none",
         "mco-labels-only/kube",
         "mco-labels-only/volcano",
         "mco-full/kube",
         "mco-full/volcano",
     }
+    # MCO's zero-call path: no request to any extender, labels from the reporter's rule.
+    assert rows["tier-labels/none"]["extender_requests"] == {}
+    assert rows["tier-labels/none"]["tier_label_changes"] >= 3  # each node's first label
     for r in rows.values():
         assert r["placed"] > 0
         assert r["online_pod_seconds"] > 0

@@ -37,6 +37,7 @@ def test_the_baselines_are_observed_by_their_own_pipeline_with_mco_fulls_rules()
         "default": "observer",
         "native-affinity": "observer",
         "node-pool": "observer",
+        "tier-labels": "observer",
         "mco-labels-only": "labels-only",
         "mco-full": "full",
     }
