@@ -34,11 +34,14 @@ from pathlib import Path
 import requests
 from aiohttp import web
 
+from mco.labelselector import LabelSelector
+from mco.policy import Policy
 from reporter.schema import (
     LAYOUT_LABEL,
     NodeEntry,
     NodeInterferenceReport,
     ObjectMeta,
+    ReportConfig,
     ReportStatus,
 )
 from reporter.schema import encode as encode_report
@@ -135,14 +138,23 @@ def alternate(
     return results
 
 
-def write_report(path: Path, names: list[str]) -> None:
+def write_report(path: Path, names: list[str], policies: int = 0) -> None:
+    """A cluster report of ``names``; ``policies`` > 0: a status.config with that many
+    policies (``app=p<i>`` each), every one of which ``/v1/nodes`` judges each node for."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     nodes = {
         n: NodeEntry(stamp, True, False, i % 2 == 0, level=(i % 10) / 10, score=100 - (i % 10) * 10)
         for i, n in enumerate(names)
     }
+    config = None
+    if policies:
+        config = ReportConfig("24h", 50.0, [
+            Policy(f"p{i}", LabelSelector(match_labels={"app": f"p{i}"}), max_level=0.5)
+            for i in range(policies)
+        ])  # fmt: skip
     report = NodeInterferenceReport(
-        ObjectMeta("cluster", labels={LAYOUT_LABEL: "cluster"}), status=ReportStatus(nodes=nodes)
+        ObjectMeta("cluster", labels={LAYOUT_LABEL: "cluster"}),
+        status=ReportStatus(nodes=nodes, config=config),
     )
     path.write_bytes(encode_report(report))
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import math
 import os
 import re
 import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -120,6 +123,10 @@ def build_collector(
     )
 
 
+LISTEN_BACKLOG = 4096  # connections the kernel completes before the accept loop takes them
+MAX_CONNECTIONS = 2048  # connections served at once (each holds a thread)
+
+
 class _SilentHandler(WSGIRequestHandler):
     timeout = 30  # an idle or half-open connection frees its thread
 
@@ -128,7 +135,53 @@ class _SilentHandler(WSGIRequestHandler):
 
 
 class _Server(ThreadingWSGIServer):
-    """prometheus_client's threaded server; "::" with IPV6_V6ONLY off takes IPv4 too."""
+    """prometheus_client's threaded server; "::" with IPV6_V6ONLY off takes IPv4 too.
+
+    The listen backlog is socketserver's 5 by default: a burst of connections (scrapers
+    restarting together, a flood) overflowed it while the accept loop waited for the GIL, and
+    the kernel dropped SYNs that the clients retried 1 s, 3 s, 7 s later (issue 27: 100
+    connections took 15 s). The kernel caps the backlog at net.core.somaxconn (4096 by
+    default since Linux 5.4)."""
+
+    request_queue_size = LISTEN_BACKLOG
+    # A thread per connection (an idle one holds its thread until the handler's timeout):
+    # 1,000 held connections cost ~30 MiB. Past this many at once a new connection is closed
+    # at accept, so a flood cannot grow threads and memory without bound.
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._refused = 0
+        self._refused_logged = -math.inf
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread could start: the slot and the socket go back
+            self._slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: Any) -> None:
+        self.shutdown_request(request)
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= 60:  # one line a minute at most while flooded
+            self._refused_logged = now
+            log.warning(
+                "too many connections: closed new ones at accept",
+                extra={"max_connections": self.max_connections, "closed": self._refused},
+            )
 
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:

@@ -21,8 +21,9 @@ from extender.config import ExtenderConfig
 from extender.fallback import Rounds
 from extender.judge import Judge
 from extender.metrics import ExtenderMetrics
-from extender.node_view import node_view
+from extender.node_view import node_view_chunks
 from extender.pod_watch import PodWatch
+from extender.profiles import Profiles
 from extender.report_file import follow_file
 from extender.report_watch import ReportWatch
 from extender.reports import ReportStore
@@ -46,6 +47,9 @@ RESERVATIONS = web.AppKey("reservations", Reservations)
 RESIDENTS = web.AppKey("residents", Residents)
 AMOUNT_FOR: web.AppKey[AmountFor] = web.AppKey("amount_for")
 DECISIONS = web.AppKey("decisions", decisions.Decisions)
+# The costly read-only answers (/v1/nodes, /v1/explain) run one at a time: clients looping
+# them wait for each other, not the scheduler routes for all of them.
+READ_GATE = web.AppKey("read_gate", asyncio.Lock)
 
 Answer = Callable[[Body, Judge, float], tuple[bytes, Sequence[Verdict]]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -201,10 +205,18 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def _nodes(request: web.Request) -> web.Response:
+async def _nodes(request: web.Request) -> web.StreamResponse:
+    """Streamed in chunks, the event loop given back between them, one answer at a time
+    (``READ_GATE``): a client looping it never holds a scheduler call longer than one chunk."""
     app = request.app
-    view = node_view(app[JUDGE], time.time())
-    return web.Response(body=_encode(view), content_type=_JSON)
+    async with app[READ_GATE]:
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        await response.prepare(request)
+        for piece in node_view_chunks(app[JUDGE], time.time()):
+            await response.write(piece)
+            await asyncio.sleep(0)  # the scheduler routes' turn
+        await response.write_eof()
+    return response
 
 
 def _source_ended(task: asyncio.Task[None]) -> None:
@@ -268,6 +280,9 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     judge = app[JUDGE] = Judge(store, config.verdict, reservations=reservations)
     # The pods on each node (fed by --watch-pods), for policies with avoidPolicies.
     judge.residents = app[RESIDENTS] = Residents(lambda labels: judge.policy_for(labels).name)
+    # Learned workload profiles (status.profiles): a term for pods of a known workload.
+    if config.profile_weight > 0:
+        judge.profiles = Profiles(store, config.profile_weight)
     # Staleness follows the config in force (the report's status.config once it has one).
     metrics = ExtenderMetrics(
         store, lambda: judge.config.stale_after, config.verdict.clock_skew, reservations
@@ -294,7 +309,7 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
         ),
     )
     vc = _volcano_routes(placements)
-    ring = app[DECISIONS] = decisions.Decisions()
+    ring = app[DECISIONS] = decisions.Decisions(max_bytes=config.decisions_memory)
 
     def route(name: str, answer: Answer) -> Handler:
         return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
@@ -310,7 +325,10 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+    app[READ_GATE] = asyncio.Lock()
     app.router.add_get("/v1/nodes", _nodes)
-    app.router.add_post("/v1/explain", explain_route(judge, config.max_body_bytes, budget))
+    app.router.add_post(
+        "/v1/explain", explain_route(judge, config.max_body_bytes, budget, app[READ_GATE])
+    )
     app.router.add_get("/v1/decisions", decisions_route(ring))
     return app

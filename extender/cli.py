@@ -19,6 +19,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from extender import __version__, print_config
 from extender.app import make_app
 from extender.config import (
+    DEFAULT_DECISIONS_MEMORY,
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_BODY_MEMORY,
@@ -133,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="kube-scheduler placements: watch pods bound to nodes (RBAC: list, watch pods)",
     )
+    parser.add_argument(
+        "--profile-weight",
+        type=float,
+        default=0.5,
+        help="what the learned workload profiles of the report (status.profiles) weigh, 0-1: "
+        "the harm predicted from the residents' profiles floors the level, the harm predicted "
+        "to them comes off the score (default 0.5; 0: off; residents come from --watch-pods)",
+    )
     server = parser.add_argument_group("server")
     server.add_argument(
         "--max-body-size",
@@ -149,6 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="request body bytes held at once, all connections together; beyond it requests "
         "get 503 (default 128MiB, per process)",
     )
+    server.add_argument(
+        "--decisions-memory",
+        type=size,
+        default=DEFAULT_DECISIONS_MEMORY,
+        metavar="SIZE",
+        help="bytes the ring of recent decisions (/v1/decisions) may hold; the least recently "
+        "decided pods go first (default 32MiB, per process)",
+    )
     add_web_flags(
         server,
         default_listen=DEFAULT_LISTEN,
@@ -164,6 +181,8 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         raise ValueError("--max-body-size must be positive")
     if args.max_body_memory < args.max_body_size:
         raise ValueError("--max-body-memory must be at least --max-body-size")
+    if args.decisions_memory <= 0:
+        raise ValueError("--decisions-memory must be positive")
     return ExtenderConfig(
         verdict=VerdictConfig(
             stale_after=args.stale_after,
@@ -185,6 +204,8 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         ),
         max_body_bytes=args.max_body_size,
         max_body_memory=args.max_body_memory,
+        decisions_memory=args.decisions_memory,
+        profile_weight=args.profile_weight,
     )
 
 

@@ -16,6 +16,9 @@ DEFAULT_MAX_BODY = 64 << 20  # Volcano sends multi-MB bodies; aiohttp's own defa
 # Body bytes held at once by one process, all connections together: two bodies of the largest
 # size, well under the chart's 512Mi limit with the report, the verdict tables and a decode.
 DEFAULT_MAX_BODY_MEMORY = 128 << 20
+# The decisions ring (/v1/decisions): 512 pods x 8 decisions x 16 nodes hold ~21 MiB with usual
+# names, ~48 MiB with the longest; this bound keeps the worst case in the chart's 512Mi too.
+DEFAULT_DECISIONS_MEMORY = 32 << 20
 KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
 
 # How far ahead of this clock a sample time or heartbeat may lie and still be believed: clocks
@@ -104,6 +107,13 @@ class ExtenderConfig:
     reservation: ReservationConfig = field(default_factory=ReservationConfig)
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_body_memory: int = DEFAULT_MAX_BODY_MEMORY
+    decisions_memory: int = DEFAULT_DECISIONS_MEMORY
+    # What the learned workload profiles weigh (extender.profiles); 0 turns them off.
+    profile_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.profile_weight <= 1:
+            raise ValueError("--profile-weight must be within 0-1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,17 @@ and one append; a call outside a handler (tests, ``/v1/explain``) notes nothing.
 
 Memory bound: at most ``max_pods`` pods (least recently decided go first), each with at most
 ``max_per_pod`` decisions (oldest go first), each listing at most ``max_nodes`` nodes (the
-rejected ones first, then the best scores; the rest are only counted by reason). A node record
-holds a name (at most 253 characters), a short reason and a message (cut to
-``MESSAGE_CHARS``), so the defaults (512 x 8 x 16 = 65,536 node records) bound the ring at
-~48 MiB with 253-character names and full messages, ~21 MiB with 20-character names and
-100-character messages (tracemalloc, tests and docs/extender.md). Volcano
-asks ``predicate`` once per node: successive predicates of one pod within ``MERGE_SECONDS``
-are one decision, its nodes added up to the same bound.
+rejected ones first, then the best scores; the rest are only counted by reason), and at most
+``max_bytes`` accounted bytes in all (``--decisions-memory``): the least recently decided pods
+go first until the ring is under it. A node record holds a name (cut to 253 characters, the
+longest a Kubernetes object name may be; pod names and namespaces longer than Kubernetes allows
+are refused at the wire, ``extender.wire.pod_key``), a short reason and a message (cut to
+``MESSAGE_CHARS``). Each record is accounted with ``sys.getsizeof`` of what it holds, which is
+what tracemalloc measures within 25 % (tests). The count bounds alone (512 x 8 x 16 = 65,536
+node records) hold ~48 MiB with 253-character names and full messages, ~21 MiB with
+20-character names and 100-character messages, so the default byte bound (32 MiB) only bites
+on long names. Volcano asks ``predicate`` once per node: successive predicates of one pod
+within ``MERGE_SECONDS`` are one decision, its nodes added up to the same bound.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import heapq
 import logging
+import sys
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
@@ -31,6 +36,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
+from extender.config import DEFAULT_DECISIONS_MEMORY
 from extender.verdict import PodFacts, Verdict
 
 log = logging.getLogger("mco.extender.decisions")
@@ -40,6 +46,8 @@ MAX_PER_POD: Final = 8
 MAX_NODES: Final = 16
 MESSAGE_CHARS: Final = 300
 MERGE_SECONDS: Final = 10.0
+MAX_BYTES: Final = DEFAULT_DECISIONS_MEMORY  # --decisions-memory
+MAX_NODE_NAME: Final = 253  # a Kubernetes object name; Node names are no longer
 
 
 class Note(NamedTuple):
@@ -101,11 +109,17 @@ class Decisions:
     """A bounded ring of the last decisions per pod (bounds in the module docstring)."""
 
     def __init__(
-        self, max_pods: int = MAX_PODS, max_per_pod: int = MAX_PER_POD, max_nodes: int = MAX_NODES
+        self,
+        max_pods: int = MAX_PODS,
+        max_per_pod: int = MAX_PER_POD,
+        max_nodes: int = MAX_NODES,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.max_pods = max_pods
         self.max_per_pod = max_per_pod
         self.max_nodes = max_nodes
+        self.max_bytes = max_bytes
+        self.bytes = 0  # accounted: what the kept pods and decisions hold (_pod_bytes, _size)
         self._pods: OrderedDict[str, deque[Decision]] = OrderedDict()
         self._merge_until: dict[str, float] = {}  # pod -> when its last predicate may merge
 
@@ -116,17 +130,28 @@ class Decisions:
         """The pod's decisions, oldest first (empty when none is kept)."""
         return list(self._pods.get(pod, ()))
 
+    def recount(self) -> int:
+        """The accounted bytes counted afresh (what ``bytes`` keeps up to date)."""
+        return sum(_pod_bytes(pod) + sum(map(_size, kept)) for pod, kept in self._pods.items())
+
     def record(self, route: str, notes: Sequence[Note], now: float) -> None:
         for n in notes:
             self._record(route, n, now)
+        while self.bytes > self.max_bytes and len(self._pods) > 1:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        gone, kept = self._pods.popitem(last=False)
+        self._merge_until.pop(gone, None)
+        self.bytes -= _pod_bytes(gone) + sum(map(_size, kept))
 
     def _record(self, route: str, n: Note, now: float) -> None:
         kept = self._pods.get(n.pod)
         if kept is None:
-            kept = self._pods[n.pod] = deque(maxlen=self.max_per_pod)
+            kept = self._pods[n.pod] = deque()
+            self.bytes += _pod_bytes(n.pod)
             while len(self._pods) > self.max_pods:
-                gone, _ = self._pods.popitem(last=False)
-                self._merge_until.pop(gone, None)
+                self._drop_oldest()
         else:
             self._pods.move_to_end(n.pod)
         stamp = _stamp(now)
@@ -138,9 +163,15 @@ class Decisions:
             and last.policy == n.facts.policy.name
             and now <= self._merge_until.get(n.pod, -1.0)
         ):
+            before = _size(last)
             self._merge(last, n, stamp)
+            self.bytes += _size(last) - before
         else:
-            kept.append(self._condense(route, n, stamp))
+            decision = self._condense(route, n, stamp)
+            kept.append(decision)
+            self.bytes += _size(decision)
+            while len(kept) > self.max_per_pod:
+                self.bytes -= _size(kept.popleft())
         if log.isEnabledFor(logging.DEBUG):
             _log(route, n)
         if route == "volcano_predicate":
@@ -194,7 +225,35 @@ class Decisions:
 
 
 def _node(name: str, v: Verdict) -> NodeDecision:
-    return NodeDecision(name, v.passed, v.reason, v.score, v.message[:MESSAGE_CHARS])
+    return NodeDecision(
+        name[:MAX_NODE_NAME], v.passed, v.reason, v.score, v.message[:MESSAGE_CHARS]
+    )
+
+
+# What one kept pod and one decision hold besides their strings (CPython object sizes): the
+# ring's deque and its OrderedDict entry; a Decision with its dict, list and time stamps; a
+# NodeDecision with its float. Strings count sys.getsizeof (header and characters).
+_POD: Final = sys.getsizeof(deque()) + 104 + sys.getsizeof(0.0) + 64
+_DECISION: Final = (
+    sys.getsizeof(Decision("", "", "", None, 0, 0, {}, [])) + sys.getsizeof({"": 0}) + 56 + 64
+)
+_NODE: Final = sys.getsizeof(NodeDecision("", True, "", 0.0)) + sys.getsizeof(0.0) + 8
+
+
+def _pod_bytes(pod: str) -> int:
+    return _POD + sys.getsizeof(pod)
+
+
+def _size(d: Decision) -> int:
+    """Accounted bytes of one decision: its fixed parts, strings, reasons and listed nodes."""
+    return (
+        _DECISION
+        + sys.getsizeof(d.time)
+        + sys.getsizeof(d.last_time)
+        + 8 * len(d.listed)
+        + 64 * len(d.reasons)
+        + sum(_NODE + sys.getsizeof(x.node) + sys.getsizeof(x.message) for x in d.listed)
+    )
 
 
 def _stamp(now: float) -> str:

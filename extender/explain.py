@@ -23,6 +23,7 @@ import msgspec
 
 from extender.config import VerdictConfig
 from extender.judge import Judge
+from extender.profiles import ProfileTerm
 from extender.reports import KnownNode
 from extender.verdict import NodeTerms, PodFacts, Reason, Verdict, is_stale
 from extender.wire import (
@@ -47,6 +48,7 @@ from rulegen.model import DetectionRuleConfig
 
 MAX_NODES: Final = 1000  # explained per request; a longer list is refused, "all" is cut
 MAX_PLACED: Final = 16  # placements listed per node
+MAX_PARTS: Final = 16  # resident workloads' profile parts listed per node
 
 _DEFAULT = DetectionRuleConfig.default()
 _DEFAULT_DETECTIONS: Final = detection_configs(_DEFAULT)
@@ -94,7 +96,7 @@ class LevelView(msgspec.Struct, rename="camel"):
     reported: float | None  # the level the report carries (what the verdict uses)
     reserved: float  # added for pods placed since the data (extender reservation)
     triggered_level: float | None  # the policy's floor, where a detection is triggered
-    used: float | None  # min(1, max(0, reported, triggered_level) + reserved)
+    used: float | None  # min(1, max(0, reported, triggered_level, predicted) + reserved)
     avoided: float  # x 100 taken off the score, for pods on the node the policy keeps away from
     kept_off: int = 0  # those pods, where the policy filters them (avoidFilter)
     gathered: float = 0.0  # x 100 added to the score, for pods of its own policy (gatherPerPod)
@@ -160,6 +162,24 @@ class KataView(msgspec.Struct, rename="camel"):
     ready: bool
 
 
+class ProfilePart(msgspec.Struct, rename="camel"):
+    workload: str  # a resident workload with a profile
+    pods: int  # its pods on the node
+    resource: str  # llc | io | memory
+    role: str  # aggressor: it harms the pod; victim: the pod harms it
+    value: float  # its confidence-weighted intensity (aggressor) or sensitivity (victim)
+    product: float  # with the pod's own sensitivity or intensity on that resource
+
+
+class ProfileView(msgspec.Struct, rename="camel"):
+    workload: str  # the pod's (mco.workload); "" when the request does not say
+    known: bool  # the report has a profile for it
+    weight: float  # --profile-weight (0: off)
+    predicted: float  # level floor: what the residents are expected to do to the pod
+    inflicted: float  # x 100 off the score: what the pod is expected to do to them
+    parts: list[ProfilePart]  # the resident workloads behind both
+
+
 class Explanation(msgspec.Struct, rename="camel"):
     detections: dict[str, DetectionView]
     level: LevelView
@@ -171,6 +191,7 @@ class Explanation(msgspec.Struct, rename="camel"):
     reservation: ReservationView
     kata: KataView
     reasons: list[str]  # the report's short reasons
+    profile: ProfileView  # learned workload profiles (extender.profiles)
 
 
 class NodeAnswer(msgspec.Struct, rename="camel"):
@@ -264,12 +285,13 @@ def _level(
     floor = policy.triggered_level if triggered and policy.triggered_level > 0 else None
     used = None
     if entry.level is not None:
-        used = min(1.0, max(0.0, entry.level, floor or 0.0) + reserved)
+        used = min(1.0, max(0.0, entry.level, floor or 0.0, node.predicted) + reserved)
     return LevelView(
         formula="level = Σ weight·index / Σ weight over detections with a positive weight and "
         "an index on the node, clamped to [0, 1]; used = min(1, max(level, the policy's "
-        "triggeredLevel where a detection is triggered) + reserved); 100·avoided "
-        "(avoidPolicies) is taken off the score, 100·gathered (gatherPerPod) added; keptOff: "
+        "triggeredLevel where a detection is triggered, the level predicted from the "
+        "residents' profiles) + reserved); 100·avoided (avoidPolicies) and 100·inflicted "
+        "(profiles) are taken off the score, 100·gathered (gatherPerPod) added; keptOff: "
         "pods of avoidPolicies there, which avoidFilter rejects the node for",
         terms=terms,
         weight_sum=weights,
@@ -366,7 +388,7 @@ def _explanation(
     entry = known.entry
     held = store.held_until(known)
     reserved, reservation = _reservation(judge, name, held, now, pod.policy)
-    node_terms = judge.terms(name, pod.policy, now)
+    node_terms = judge.terms(name, pod.policy, now, pod)
     detections, terms = _detections(entry, thresholds[0])
     age = now - held
     weight = pod.policy.score_weight
@@ -412,6 +434,24 @@ def _explanation(
             ready=entry.kata_ready,
         ),
         reasons=entry.reasons,
+        profile=_profile(judge, name, pod),
+    )
+
+
+def _profile(judge: Judge, name: str, pod: PodFacts) -> ProfileView:
+    """The profile terms of node ``name`` for ``pod``, with the resident workloads behind them."""
+    profiles = judge.profiles
+    if profiles is None or judge.residents is None:
+        return ProfileView(pod.workload, False, 0.0, 0.0, 0.0, [])
+    policies = {p.name: p for p in judge.policies.policies}
+    predicted, inflicted, parts = ProfileTerm(profiles, judge.residents, pod, policies).judge(name)
+    return ProfileView(
+        workload=pod.workload,
+        known=profiles.get(pod.workload) is not None,
+        weight=profiles.weight,
+        predicted=predicted,
+        inflicted=inflicted,
+        parts=[ProfilePart(*p) for p in parts[:MAX_PARTS]],
     )
 
 

@@ -11,7 +11,8 @@
    and only those are decided again with their `NodeTerms`: the reservation of pods placed since
    the node's data (``extender.reservation``), the pods there that the policy keeps away from
    (``extender.residents``). A new per-node term (learned workload profiles) is one more source
-   in `Judge.sources` and one more field of `NodeTerms`.
+   in `Judge.sources` and one more field of `NodeTerms`; learned workload profiles
+   (``extender.profiles``) are one, made for the pod of the call.
 4. No data is no proof: under a policy with ``maxLevel``, a node without fresh data (no report,
    stale) passes only where no node with data in the same call passes the policy; where one
    does, it is rejected with reason ``no_data``. A node without data counts at the neutral
@@ -36,6 +37,7 @@ from typing import Final, Protocol
 from extender.config import VerdictConfig
 from extender.fallback import least_interfered
 from extender.policy import LiveConfig, PolicySet, from_report
+from extender.profiles import Profiles, ProfileTerm
 from extender.reports import ReportStore
 from extender.reservation import Reservations
 from extender.residents import Residents
@@ -51,7 +53,7 @@ from extender.verdict import (
     no_data,
     pod_facts,
 )
-from extender.wire import Pod, pod_labels, runtime_class
+from extender.wire import Pod, pod_labels, pod_workload, runtime_class
 from mco.policy import Policy
 from reporter.schema import ReportConfig
 
@@ -147,10 +149,12 @@ class Judge:
         max_entries: int = MAX_TABLE_ENTRIES,
         reservations: Reservations | None = None,
         residents: Residents | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         self.store = store
         self.reservations = reservations
         self.residents = residents
+        self.profiles = profiles
         self._flags = config
         self.live = LiveConfig(config, PolicySet())
         self._max_entries = max_entries
@@ -174,20 +178,25 @@ class Judge:
         """The workload-class policy of a pod with ``labels``, from the policies in force."""
         return self.live.policies.policy_for(labels)
 
-    def sources(self) -> tuple[TermSource, ...]:
-        """The per-node terms in force (step 3); a new per-node term is added here."""
+    def sources(self, pod: PodFacts | None = None) -> tuple[TermSource, ...]:
+        """The per-node terms in force (step 3) for ``pod``; a new per-node term is added here."""
         found: list[TermSource] = []
         if self.reservations is not None:
             found.append(ReservationTerm(self.reservations))
         if self.residents is not None:
             found.append(AvoidTerm(self.residents))
+            if self.profiles is not None and pod is not None:
+                policies = {p.name: p for p in self.policies.policies}
+                found.append(ProfileTerm(self.profiles, self.residents, pod, policies))
         return tuple(found)
 
     # -- the pass -------------------------------------------------------------------------------
 
     def pod(self, pod: Pod | None) -> PodFacts:
         """Step 1: what the verdicts need of the request's Pod, its runtime class and policy."""
-        return pod_facts(runtime_class(pod), self.config, self.policy_for(pod_labels(pod)))
+        facts = pod_facts(runtime_class(pod), self.config, self.policy_for(pod_labels(pod)))
+        workload = pod_workload(pod)
+        return facts._replace(workload=workload) if workload else facts
 
     def verdicts(
         self,
@@ -212,7 +221,7 @@ class Judge:
             unproven = table.may_be_unproven(names)
             self._trimmed(table)
         # 3. The per-node adjustments, for the nodes some source adds to.
-        sources = self.sources()
+        sources = self.sources(pod)
         touched: set[str] = set()
         for source in sources:
             touched |= source.touched(names, pod.policy, now)
@@ -238,9 +247,12 @@ class Judge:
         ``extender.fallback.Rounds``, across the task's calls)."""
         return self.verdicts((facts.name,), pod, now, (facts,), fallback=False)[0]
 
-    def terms(self, name: str, policy: Policy, now: float) -> NodeTerms:
-        """What the per-node adjustments add to node ``name`` (for explain and /v1/nodes)."""
-        return self._terms(self.sources(), name, policy, now)
+    def terms(
+        self, name: str, policy: Policy, now: float, pod: PodFacts | None = None
+    ) -> NodeTerms:
+        """What the per-node adjustments add to node ``name`` for ``pod`` (for explain and
+        /v1/nodes)."""
+        return self._terms(self.sources(pod), name, policy, now)
 
     def _terms(
         self, sources: Sequence[TermSource], name: str, policy: Policy, now: float

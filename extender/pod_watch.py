@@ -4,7 +4,10 @@ kube-scheduler tells an extender nothing after prioritize, so the pods it placed
 the API: ``mco.watch``'s list-then-watch of ``/api/v1/pods`` with ``fieldSelector=spec.nodeName!=``
 (bound pods only). A pod counts from the time it was placed, its ``PodScheduled`` condition's
 ``lastTransitionTime`` (the bind; ``creationTimestamp`` for a pod created with its node already
-set, which has no such condition), so a re-list rebuilds the same reservations. Only pods placed
+set, which has no such condition), so a re-list rebuilds the same reservations. A time ahead of
+this clock by up to ``CLOCK_SKEW`` counts as now (another clock); one further ahead is not
+believed and the pod reserves nothing (a pod dated 2100 reserved its amount for as long as it
+existed, issue 27). Only pods placed
 within the reservations' ``keep_for`` are kept: memory follows recent placements, not all pods
 (the list itself is read once per list, then dropped). Finished and deleted pods are forgotten.
 Every bound pod that has not finished also goes to the residents (``extender.residents``), which
@@ -24,10 +27,11 @@ from collections.abc import Callable
 import msgspec
 from kubernetes_asyncio import client as k8s
 
-from extender.config import SourceConfig
+from extender.config import CLOCK_SKEW, SourceConfig
 from extender.metrics import ExtenderMetrics
 from extender.reservation import POD_WATCH, AmountFor, Placement, Reservations
 from extender.residents import Residents
+from extender.wire import OwnerReference, owner_workload
 from mco.apierrors import ApiError
 from mco.watch import RESTART_ERROR, ListWatch, Resource, WatchSettings
 from reporter.schema import parse_time
@@ -42,6 +46,9 @@ class _Meta(msgspec.Struct, rename="camel", gc=False):
     uid: str = ""
     labels: dict[str, str] | None = None
     creation_timestamp: str | None = None
+    name: str = ""
+    namespace: str = ""
+    owner_references: list[OwnerReference] | None = None  # its workload (extender.profiles)
 
 
 class _Spec(msgspec.Struct, rename="camel", gc=False):
@@ -172,10 +179,16 @@ class PodWatch:
         uid, node = pod.metadata.uid, pod.spec.node_name
         if self._residents is not None:
             if node and pod.status.phase not in _FINISHED:
-                self._residents.put(uid, node, pod.metadata.labels or {})
+                meta = pod.metadata
+                workload = owner_workload(meta.namespace, meta.owner_references, meta.name)
+                self._residents.put(uid, node, meta.labels or {}, workload)
             else:
                 self._residents.remove(uid)
         at = placed_at(pod)
+        if at > now + CLOCK_SKEW:  # dated ahead of any clock skew: when it was placed is unknown
+            self._reservations.remove(uid)
+            return
+        at = min(at, now)  # a little ahead: another clock; it was placed by now
         if not node or pod.status.phase in _FINISHED or now - at > self._reservations.keep_for:
             self._reservations.remove(uid)  # not placed, done, or no longer recent
             return

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from extender.config import VerdictConfig
-from mco.policy import DEFAULT_POLICIES, NO_POLICY, Policy, policy_for
+from mco.policy import DEFAULT_POLICIES, NO_POLICY, Policy, check_policy_names, policy_for
 from reporter.schema import ReportConfig
 
 log = logging.getLogger("mco.extender.policy")
@@ -30,6 +30,7 @@ class PolicySet:
     __slots__ = ("policies",)
 
     def __init__(self, policies: Sequence[Policy] = DEFAULT_POLICIES) -> None:
+        check_policy_names(policies)  # the verdict tables are keyed by policy name
         self.policies = tuple(policies)
 
     def policy_for(self, labels: Mapping[str, str] | None) -> Policy:
@@ -59,10 +60,11 @@ def from_report(base: VerdictConfig, config: ReportConfig) -> LiveConfig | None:
             stale_after=config.stale_after_seconds(),
             neutral_score=config.neutral_score,
         )
+        policies = PolicySet(config.policies)
     except ValueError as exc:
         log.error("status.config of the report ignored", extra={"err": str(exc)})
         return None
-    return LiveConfig(verdict, PolicySet(config.policies), REPORT, config.generation)
+    return LiveConfig(verdict, policies, REPORT, config.generation)
 
 
 __all__ = ["NO_POLICY", "LiveConfig", "PolicySet", "from_report"]

@@ -19,6 +19,7 @@ from reporter.schema import (
     NodeEntry,
     NodeInterferenceReport,
     ReportConfig,
+    WorkloadProfile,
     parse_time,
 )
 
@@ -77,6 +78,8 @@ class ReportStore:
         # report settings and policies. Kept when that object goes or comes back without it
         # (an older reporter): the last config a report carried stays in force.
         self.config: ReportConfig | None = None
+        # status.profiles of the object named "cluster" (extender.profiles); replaced whole.
+        self.profiles: list[WorkloadProfile] = []
         self._config_changed = False
         # lastSyncTime of the object named "cluster" (both layouts have it): live entries hold
         # up to it (the reporter's freshness rule, reporter.schema).
@@ -131,6 +134,8 @@ class ReportStore:
         name = report.metadata.name
         if name == CLUSTER_REPORT_NAME:
             self.heartbeat = parse_time(report.status.last_sync_time)
+            if report.status.profiles is not None:  # an older reporter: keep the last ones
+                self.profiles = report.status.profiles
             config = report.status.config
             if config is not None and config != self.config:
                 self.config = config

@@ -8,13 +8,17 @@ that looked quietest before the first of them arrived. The sum is capped at 1.
 
 Memory follows recent placements only: a placement is forgotten ``keep_for`` after it happened
 (the span plus the ``staleAfter`` in force: by then the data shows it, or is stale and the
-verdict no longer reads the level), and at most ``MAX_PLACEMENTS`` are held, the oldest going first.
+verdict no longer reads the level), whatever order placements arrived in (a heap by time), and
+at most ``MAX_PLACEMENTS`` are held, the first recorded going first. Placement times come from
+this clock (Volcano) or from the pod's ``PodScheduled`` time, which the pod watch believes only
+up to the clock-skew allowance ahead (``extender.pod_watch``).
 Placements are keyed by the pod's UID, so the same pod reported by two sources (an allocate
 call, then its NodeInfo task) counts once.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
@@ -51,6 +55,9 @@ class Reservations:
         self._max = max_placements
         self._pods: dict[str, Placement] = {}  # pod key -> placement, oldest insertion first
         self._nodes: dict[str, dict[str, Placement]] = {}  # node -> its pods' placements
+        # (time, key) of every placement, earliest first; entries of placements replaced or
+        # removed since stay until they reach the top (or the heap is rebuilt: _compact).
+        self._by_time: list[tuple[float, str]] = []
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -66,9 +73,16 @@ class Reservations:
             self.remove(key)
         self._pods[key] = placement
         self._nodes.setdefault(placement.node, {})[key] = placement
+        heapq.heappush(self._by_time, (placement.at, key))
         while len(self._pods) > self._max:
             self.remove(next(iter(self._pods)))
+        if len(self._by_time) > 2 * len(self._pods) + 1024:
+            self._compact()
         return True
+
+    def _compact(self) -> None:
+        self._by_time = [(p.at, key) for key, p in self._pods.items()]
+        heapq.heapify(self._by_time)
 
     def remove(self, key: str) -> bool:
         old = self._pods.pop(key, None)
@@ -112,10 +126,9 @@ class Reservations:
 
     def _expire(self, now: float) -> None:
         oldest = now - self.keep_for
-        # Insertion order is placement order for the live sources; a pod watch re-list may
-        # insert older times later, which ``reserved`` skips until they reach the front.
-        while self._pods:
-            key, first = next(iter(self._pods.items()))
-            if first.at >= oldest:
-                break
-            self.remove(key)
+        heap = self._by_time
+        while heap and heap[0][0] < oldest:  # by time, not insertion: a re-list inserts late
+            at, key = heapq.heappop(heap)
+            current = self._pods.get(key)
+            if current is not None and current.at == at:
+                self.remove(key)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 MAX_RESIDENTS: Final = 262_144
 
@@ -29,6 +29,7 @@ class Resident(NamedTuple):
     node: str
     labels: Mapping[str, str]
     policy: str
+    workload: str = ""  # namespace/Kind/name (mco.workload); "" where the source has no owner
 
 
 class Residents:
@@ -40,17 +41,24 @@ class Residents:
         self._pods: dict[str, Resident] = {}
         self._nodes: dict[str, Counter[str]] = {}
         self._keys: dict[str, set[str]] = {}  # node -> its pods' keys
+        # node -> (workload, policy) of its pods with a workload; workload -> nodes it runs on
+        self._kinds: dict[str, Counter[tuple[str, str]]] = {}
+        self._where: dict[str, Counter[str]] = {}
 
     def __len__(self) -> int:
         return len(self._pods)
 
-    def put(self, key: str, node: str, labels: Mapping[str, str]) -> None:
-        """The pod ``key`` runs (or was bound to run) on ``node``."""
+    def put(self, key: str, node: str, labels: Mapping[str, str], workload: str = "") -> None:
+        """The pod ``key`` runs (or was bound to run) on ``node``; ``workload``: its
+        controller's key, what workload profiles are looked up by (extender.profiles)."""
         self.remove(key)
-        resident = Resident(node, labels, self._classify(labels))
+        resident = Resident(node, labels, self._classify(labels), workload)
         self._pods[key] = resident
         self._nodes.setdefault(node, Counter())[resident.policy] += 1
         self._keys.setdefault(node, set()).add(key)
+        if workload:
+            self._kinds.setdefault(node, Counter())[(workload, resident.policy)] += 1
+            self._where.setdefault(workload, Counter())[node] += 1
         while len(self._pods) > self._max:
             self.remove(next(iter(self._pods)))
 
@@ -68,11 +76,16 @@ class Residents:
             del counts[old.policy]
         if not counts:
             del self._nodes[old.node]
+        if old.workload:
+            _drop(self._kinds, old.node, (old.workload, old.policy))
+            _drop(self._where, old.workload, old.node)
 
     def clear(self) -> None:
         self._pods.clear()
         self._nodes.clear()
         self._keys.clear()
+        self._kinds.clear()
+        self._where.clear()
 
     def replace_node(self, node: str, pods: Iterable[tuple[str, Mapping[str, str]]]) -> None:
         """The pods on ``node`` are exactly ``pods`` (key, labels): a Volcano NodeInfo lists
@@ -91,9 +104,31 @@ class Residents:
         """Nodes where at least one pod of ``policies`` runs."""
         return {n for n, c in self._nodes.items() if any(c[p] for p in policies)}
 
+    def workloads_on(self, node: str) -> Mapping[tuple[str, str], int]:
+        """(workload, policy) -> pods of it on ``node`` (pods with a known workload only)."""
+        return self._kinds.get(node) or {}
+
+    def nodes_of(self, workloads: Iterable[str]) -> set[str]:
+        """Nodes where a pod of any of ``workloads`` runs."""
+        found: set[str] = set()
+        for workload in workloads:
+            where = self._where.get(workload)
+            if where:
+                found.update(where)
+        return found
+
     def reclassify(self) -> None:
         """Sort every pod into its policy again (the policies in force changed)."""
         pods = list(self._pods.items())
         self.clear()
         for key, r in pods:
-            self.put(key, r.node, r.labels)
+            self.put(key, r.node, r.labels, r.workload)
+
+
+def _drop(index: dict[Any, Counter[Any]], key: object, item: object) -> None:
+    counts = index[key]
+    counts[item] -= 1
+    if counts[item] <= 0:
+        del counts[item]
+    if not counts:
+        del index[key]

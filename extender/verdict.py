@@ -20,6 +20,7 @@ class PodFacts(NamedTuple):
     runtime_class: str | None
     wants_kata: bool
     policy: Policy = NO_POLICY  # the pod's workload-class policy (extender.policy)
+    workload: str = ""  # namespace/Kind/name of its controller (mco.workload): its profile
 
 
 class NodeFacts(NamedTuple):
@@ -34,6 +35,11 @@ class NodeTerms(NamedTuple):
 
     reserved: float = 0.0  # level expected from pods placed since the data (extender.reservation)
     avoided: float = 0.0  # x 100 off the score for pods the policy keeps away from (residents)
+    # Learned workload profiles (extender.profiles): the level the residents are expected to
+    # cause this pod (a floor under the measured level), and the harm this pod is expected to
+    # cause the residents (x 100 off the score, like avoided).
+    predicted: float = 0.0
+    inflicted: float = 0.0
     kept_off: int = 0  # pods there the policy keeps away from, when it filters (avoidFilter)
     gathered: float = 0.0  # x 100 onto the score for pods of the same policy (gatherPerPod)
 
@@ -142,7 +148,7 @@ def _missing(
 ) -> Verdict:
     """No fresh data. Fail-closed: rejected. Fail-open: passed at the neutral level plus the
     node's reservation, and ``unproven`` when that is above the policy's maxLevel."""
-    level = neutral_level(config) + terms.reserved
+    level = max(neutral_level(config), terms.predicted) + terms.reserved
     if config.fail_closed:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
         return _verdict(False, reason, f"{message} (fail-closed)", 0.0, unresolvable, level=level)
@@ -156,10 +162,15 @@ def _missing(
         said.append(f"- reservation {terms.reserved:.4g} (pods placed on it recently)")
     if terms.kept_off > 0:
         return _avoided(policy, config, terms, level)
+    if terms.predicted > neutral_level(config):
+        said.append(f"raised to {terms.predicted:.4g} predicted from the residents' profiles")
     if terms.avoided > 0:
         score = round(max(0.0, score - 100.0 * terms.avoided), 6)
         said.append(f"- {100 * terms.avoided:.4g} for pods of "
                     f"{', '.join(policy.avoid_policies)} on the node (avoidPolicies)")  # fmt: skip
+    if terms.inflicted > 0:
+        score = round(max(0.0, score - 100.0 * terms.inflicted), 6)
+        said.append(f"- {100 * terms.inflicted:.4g} for the harm predicted to the residents")
     if terms.gathered > 0:
         score = round(min(100.0, score + 100.0 * terms.gathered), 6)
         said.append(f"+ {100 * terms.gathered:.4g} for pods of {policy.name} on the node "
@@ -294,6 +305,9 @@ def decide(
         if triggered:
             measured = policy.triggered_level
             floor = f" (triggered: {', '.join(triggered)}; triggeredLevel {measured:g})"
+    if terms.predicted > measured:  # what the residents' profiles say they do to such pods
+        measured = min(1.0, terms.predicted)
+        floor += f" (predicted from the residents' profiles: {measured:.3g})"
     level = min(1.0, measured + reserved)
     if policy.max_level is not None and level > policy.max_level:
         unresolvable = config.reject_code == UNSCHEDULABLE_AND_UNRESOLVABLE
@@ -320,6 +334,10 @@ def decide(
         kept_from = ", ".join(policy.avoid_policies)
         said.insert(0, f"score - {100 * avoided:.4g} for pods of {kept_from} on the node "
                        "(avoidPolicies)")  # fmt: skip
+    if terms.inflicted > 0:  # it protects the residents, like avoided
+        score = round(max(0.0, score - 100.0 * terms.inflicted), 6)
+        said.insert(0, f"score - {100 * terms.inflicted:.4g} for the harm predicted to the "
+                       "residents (profiles)")  # fmt: skip
     if reserved > 0:  # shown apart from the measured level
         said.insert(0, f"measured level {measured:.4g} + reservation {reserved:.4g} "
                        f"(pods placed since the data) = {level:.4g}")  # fmt: skip

@@ -7,6 +7,7 @@ Bodies are read within the same bounds as the scheduler routes (``extender.body`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,12 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=_encode({"error": message}), content_type=_JSON)
 
 
-def explain_route(judge: Judge, limit: int, budget: BodyBudget) -> Handler:
+def explain_route(
+    judge: Judge, limit: int, budget: BodyBudget, gate: asyncio.Lock | None = None
+) -> Handler:
+    """``gate``: held while the answer is worked out (one costly read-only answer at a time)."""
+    gate = gate or asyncio.Lock()
+
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             body = await read_body(request, limit, budget)
@@ -41,7 +47,8 @@ def explain_route(judge: Judge, limit: int, budget: BodyBudget) -> Handler:
             finally:
                 budget.give(len(body))
                 del body
-            answer = explain.explain(args, judge, time.time())
+            async with gate:
+                answer = explain.explain(args, judge, time.time())
             return web.Response(body=_encode(answer), content_type=_JSON)
         except BadRequest as exc:
             response = _error(400, str(exc))

@@ -10,6 +10,7 @@ import msgspec
 
 from extender.config import KATA_NODE_LABEL
 from extender.verdict import NodeFacts
+from mco.workload import workload_key
 
 Body = bytes | bytearray  # request bodies are read into one preallocated buffer
 
@@ -46,10 +47,32 @@ class PodSpec(msgspec.Struct, rename="camel", gc=False):
     runtime_class_name: str | None = None
 
 
-class PodMeta(msgspec.Struct, gc=False):
+class OwnerReference(msgspec.Struct, gc=False):
+    kind: str = ""
+    name: str = ""
+    controller: bool = False
+
+
+class PodMeta(msgspec.Struct, rename="camel", gc=False):
     labels: dict[str, str] | None = None  # they pick the pod's workload-class policy
     name: str = ""  # name and namespace key the decisions ring (extender.decisions)
     namespace: str = ""
+    generate_name: str = ""
+    # the controller names the pod's workload (extender.profiles)
+    owner_references: list[OwnerReference] | None = None
+
+    def workload(self) -> str:
+        """The pod's workload key (``mco.workload``), as the reporter names it."""
+        name = self.name or self.generate_name
+        return owner_workload(self.namespace, self.owner_references, name)
+
+
+def owner_workload(namespace: str, owners: list[OwnerReference] | None, name: str) -> str:
+    """``mco.workload.workload_key`` of a pod with ``owners``: its controller, else its name."""
+    for owner in owners or ():
+        if owner.controller:
+            return workload_key(namespace, owner.kind, owner.name, name)
+    return workload_key(namespace, "", "", name)
 
 
 class Pod(msgspec.Struct, gc=False):
@@ -68,6 +91,7 @@ class Pod(msgspec.Struct, gc=False):
 
 
 MAX_NAME = 253  # a Kubernetes object name (DNS-1123 subdomain) is at most this long
+MAX_NAMESPACE = 63  # a namespace is a DNS-1123 label
 
 
 def runtime_class(pod: Pod | None) -> str | None:
@@ -80,11 +104,21 @@ def runtime_class(pod: Pod | None) -> str | None:
 
 
 def pod_key(pod: Pod | None) -> str:
-    """``namespace/name`` of the pod ("" when the request did not name it)."""
+    """``namespace/name`` of the pod ("" when the request did not name it). A name or namespace
+    longer than Kubernetes allows is refused: the key is held by the decisions ring."""
     meta = pod.metadata if pod is not None else None
     if meta is None or not meta.name:
         return ""
+    if len(meta.name) > MAX_NAME:
+        raise BadRequest(f"pod metadata.name longer than {MAX_NAME} characters")
+    if len(meta.namespace) > MAX_NAMESPACE:
+        raise BadRequest(f"pod metadata.namespace longer than {MAX_NAMESPACE} characters")
     return f"{meta.namespace or 'default'}/{meta.name}"
+
+
+def pod_workload(pod: Pod | None) -> str:
+    """The pod's workload key ("" when the request names no pod)."""
+    return pod.metadata.workload() if pod is not None and pod.metadata is not None else ""
 
 
 def pod_labels(pod: Pod | None) -> dict[str, str] | None:

@@ -126,6 +126,7 @@ def _details(node: dict[str, Any]) -> list[str]:
         placed = ", ".join(f"{r['pod']} {r['amount']:g}" for r in reservation["pods"])
         out.append(f"  reservation: {reservation['reserved']:.3g} for pods placed since the "
                    f"data ({placed})")  # fmt: skip
+    out += _profile_lines(why.get("profile"))
     score = why["score"]
     out.append(
         f"  score:       {score['score']:.1f} (policy weight {score['policyWeight']:g}, neutral "
@@ -140,6 +141,25 @@ def _details(node: dict[str, Any]) -> list[str]:
     kata = why["kata"]
     if kata["wanted"]:
         out.append(f"  kata:        {kata['runtimeClass']} wanted; node ready: {kata['ready']}")
+    return out
+
+
+def _profile_lines(profile: dict[str, Any] | None) -> list[str]:
+    """The learned workload profiles' terms (an older extender sends none)."""
+    if not profile or not profile["parts"]:
+        return []
+    known = "known" if profile["known"] else "no history: labels and policy decide"
+    out = [
+        f"  profiles:    workload {profile['workload'] or '-'} ({known}); predicted "
+        f"{profile['predicted']:.3g}, inflicted {profile['inflicted']:.3g} "
+        f"(weight {profile['weight']:g})"
+    ]
+    for part in profile["parts"]:
+        does = "pollutes" if part["role"] == "aggressor" else "suffers from"
+        out.append(
+            f"    {part['workload']} x{part['pods']} {does} {part['resource']} "
+            f"{part['value']:.3g} -> {part['product']:.3g}"
+        )
     return out
 
 

@@ -156,6 +156,17 @@ def _avoid_names(raw: Mapping[str, Any], path: str, problems: list[str]) -> None
             problems.append(f"{path}.avoidPolicies: {str(name)[:80]!r} is not a policy name")
 
 
+def check_policy_names(policies: Sequence[Policy]) -> None:
+    """ValueError unless the names are unique and there are at most ``MAX_POLICIES``: readers
+    key their tables by policy name, so two alike would judge one pod by the other's policy."""
+    if len(policies) > MAX_POLICIES:
+        raise ValueError(f"at most {MAX_POLICIES} policies, got {len(policies)}")
+    names = [p.name for p in policies]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"policy names must be unique: {', '.join(twice)[:200]} used twice")
+
+
 def parse_policies(raw: Any, path: str, problems: list[str]) -> tuple[Policy, ...]:
     """``raw`` (as read from YAML or JSON) as policies; each problem appended with its path,
     the same rules as the CRD's schema and CEL (``rulegen.crd``)."""

@@ -48,6 +48,12 @@ REPORTER_TAINTS_REMOVED: Final = "mco_reporter_taints_removed_total"
 REPORTER_TAINT_ERRORS: Final = "mco_reporter_taint_errors_total"
 REPORTER_TAINTED_NODES: Final = "mco_reporter_tainted_nodes"
 REPORTER_TAINT_PENDING: Final = "mco_reporter_taint_pending_nodes"
+REPORTER_TAINT_HELD_BACK: Final = "mco_reporter_taint_held_back_nodes"
+# The tier-label mode (--tier-label-nodes): the label mco.io/interference-tier on every node.
+REPORTER_TIER_CHANGES: Final = "mco_reporter_tier_label_changes_total"
+REPORTER_TIER_ERRORS: Final = "mco_reporter_tier_label_errors_total"
+REPORTER_TIER_NODES: Final = "mco_reporter_tier_labelled_nodes"
+REPORTER_TIER_PENDING: Final = "mco_reporter_tier_label_pending_nodes"
 
 # --- mco-extender (extender/metrics.py)
 EXTENDER_REPORT_LOADED: Final = "mco_extender_report_loaded"

@@ -13,7 +13,8 @@ As in the toolkit: unknown keys are an error, relative paths are relative to the
 directory, a file without ``tls_server_config`` serves plain HTTP (still with basic auth and
 headers), basic auth applies to every path but those in ``auth_excluded_paths`` (the
 toolkit's key, which the chart uses for kubelet probes), and a bcrypt verification is cached per
-(user, hash, password) because bcrypt is slow on purpose. Renewed certificate files are
+(user, hash, password) because bcrypt is slow on purpose (costs above ``MAX_BCRYPT_COST`` are
+refused; ``BasicAuth``). Renewed certificate files are
 loaded into the live context (``CertificateReloader``; the toolkit re-reads them per
 connection). One ``WebConfig`` gives the
 ``ssl.SSLContext`` and the authentication and headers, as a WSGI wrapper (``wsgi``, the
@@ -84,6 +85,10 @@ _TLS_UNSUPPORTED: Final = (
 _HTTP_KEYS: Final = ("headers", "http2")
 _BCRYPT: Final = re.compile(r"\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}")
 _CACHE_SIZE: Final = 100
+# exporter-toolkit's users pick 10-14; a check doubles per step and takes ~1 s of a core at
+# 14 (already the scrape timeout), so a higher cost only lets one guess hold a core longer.
+MAX_BCRYPT_COST: Final = 14
+BCRYPT_AT_ONCE: Final = 2  # concurrent checks: what a flood of wrong guesses can cost
 log = logging.getLogger("mco.webconfig")
 
 
@@ -315,6 +320,7 @@ def _parse(doc: object, base: str, source: str) -> WebConfig:
             raise WebConfigError(f"basic_auth_users: bad user name {user!r}")
         if not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed):
             raise WebConfigError(f"basic_auth_users.{user} is not a bcrypt hash")
+        check_cost(user, hashed)
     return WebConfig(
         tls=tls,
         users={str(u): str(h) for u, h in users.items()},
@@ -355,24 +361,42 @@ def _why(exc: BaseException) -> str:
 class BasicAuth:
     """``Authorization: Basic`` against bcrypt hashes, as exporter-toolkit checks it.
 
-    bcrypt is deliberately slow (tens of ms): results are cached per (user, hash, password
-    digest), bounded, and only one verification runs at a time, so a flood of guesses costs
-    one core. An unknown user is compared against a decoy hash, so timing does not tell which
-    users exist.
+    bcrypt is deliberately slow (tens of ms at cost 10, ~1 s at 14), so verdicts are cached
+    per (user, hash, password digest): a password that passed once is kept for as long as its
+    hash is configured (one per user, so no guess evicts it), wrong ones in a bounded cache.
+    The cache is read without a lock, so a known password is a dict lookup while others
+    guess; at most ``BCRYPT_AT_ONCE`` checks run at a time (bcrypt releases the GIL), so a
+    flood of guesses costs at most that many cores. An unknown user is checked against a
+    decoy hash made at the *lowest* configured cost (never dearer than a real check, as
+    exporter-toolkit's fixed cost-10 decoy), so timing does not tell which users exist.
+    Costs above ``MAX_BCRYPT_COST`` are refused (``WebConfigError``).
     """
 
     def __init__(self, users: Mapping[str, str]) -> None:
+        for user, hashed in users.items():
+            check_cost(user, hashed)
         self._users = {u: h.encode() for u, h in users.items()}
-        self._cache: dict[tuple[str, bytes, bytes], bool] = {}
-        self._lock = threading.Lock()
-        self._decoy: bytes | None = None
+        self._passed: dict[tuple[str, bytes, bytes], bool] = {}  # at most one per user
+        self._failed: dict[tuple[str, bytes, bytes], bool] = {}  # bounded: _CACHE_SIZE
+        self._lock = threading.Lock()  # only around cache writes, never around bcrypt
+        self._slots = threading.BoundedSemaphore(BCRYPT_AT_ONCE)
+        self._decoy = (
+            bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=min(map(_cost_of, users.values()))))
+            if users
+            else b""
+        )
 
     def cached(self, header: str | None) -> bool | None:
         """The cached verdict for this header, or None when bcrypt has to run."""
         creds = _credentials(header)
         if creds is None:
             return False
-        return self._cache.get(self._key(*creds))
+        return self._known(self._key(*creds))
+
+    def _known(self, key: tuple[str, bytes, bytes]) -> bool | None:
+        if key in self._passed:
+            return True
+        return self._failed.get(key)
 
     def verify(self, header: str | None) -> bool:
         """Blocking; callers on an event loop run it in a thread (``mco.webserver``)."""
@@ -381,27 +405,42 @@ class BasicAuth:
             return False
         user, password = creds
         key = self._key(user, password)
-        with self._lock:
-            if (known := self._cache.get(key)) is not None:
+        if (known := self._known(key)) is not None:
+            return known
+        hashed = self._users.get(user)
+        with self._slots:
+            if (known := self._known(key)) is not None:  # checked meanwhile by another thread
                 return known
-            hashed = self._users.get(user)
             try:
-                ok = bcrypt.checkpw(password, hashed or self._decoy_hash()) and hashed is not None
+                ok = bcrypt.checkpw(password, hashed or self._decoy) and hashed is not None
             except ValueError:  # a password bcrypt refuses (over 72 bytes)
                 ok = False
-            if len(self._cache) >= _CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = ok
-            return ok
+        with self._lock:
+            if ok:
+                self._passed[key] = True
+            else:
+                while len(self._failed) >= _CACHE_SIZE:
+                    self._failed.pop(next(iter(self._failed)))
+                self._failed[key] = False
+        return ok
 
     def _key(self, user: str, password: bytes) -> tuple[str, bytes, bytes]:
         return user, self._users.get(user, b""), hashlib.sha256(password).digest()
 
-    def _decoy_hash(self) -> bytes:
-        if self._decoy is None:
-            cost = max((int(h.split(b"$")[2]) for h in self._users.values()), default=10)
-            self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
-        return self._decoy
+
+def _cost_of(hashed: str) -> int:
+    return int(hashed.split("$")[2])
+
+
+def check_cost(user: str, hashed: str) -> None:
+    """Refuse a cost whose every check would hold a core for seconds (WebConfigError)."""
+    cost = _cost_of(hashed)
+    if cost > MAX_BCRYPT_COST:
+        raise WebConfigError(
+            f"basic_auth_users.{user}: bcrypt cost {cost} is above {MAX_BCRYPT_COST}: each "
+            f"check would take ~{2 ** (cost - MAX_BCRYPT_COST)} s of a core; make the hash "
+            f"with a cost of 10-{MAX_BCRYPT_COST} (htpasswd -nBC 10)"
+        )
 
 
 def _credentials(header: str | None) -> tuple[str, bytes] | None:

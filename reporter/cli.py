@@ -39,11 +39,13 @@ from reporter.kubesink import KubeSink
 from reporter.layout import CLUSTER, DEFAULT_MAX_BYTES, PER_NODE, LayoutChooser
 from reporter.metrics import ReporterMetrics, serve
 from reporter.nodeapi import NodeApi
+from reporter.profiles import DEFAULT_HALF_LIFE, DEFAULT_MAX_WORKLOADS, ProfileBook
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
 from reporter.settings import ReporterSettings
 from reporter.sink import Sink
-from reporter.taints import NodeTainter
+from reporter.taints import DEFAULT_MAX_SHARE, NodeTainter
+from reporter.tiers import NodeTierLabeller
 from rulegen.model import ConfigError
 
 log = logging.getLogger("mco.reporter")
@@ -99,6 +101,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="also rewrite a live entry whose sampleTime is older than this (for readers that "
         "ignore the heartbeat; 0: never)",
     )
+    prof = p.add_argument_group(
+        "workload profiles",
+        "learn from the victims and aggressors which workloads pollute and which suffer, per "
+        "resource, into status.profiles (off with --compact: no lists are asked for)",
+    )
+    prof.add_argument(
+        "--profile-half-life",
+        type=duration,
+        default=DEFAULT_HALF_LIFE,
+        metavar="DURATION",
+        help="what a profile learned weighs half as much after this (default 1h)",
+    )
+    prof.add_argument(
+        "--profile-max-workloads",
+        type=int,
+        default=DEFAULT_MAX_WORKLOADS,
+        help="profiles kept at most; the least observed go first (default 500)",
+    )
+    prof.add_argument(
+        "--profile-publish-interval",
+        type=duration,
+        default=30.0,
+        metavar="DURATION",
+        help="write status.profiles at most this often (default 30s; 0: never)",
+    )
     kube = p.add_argument_group("Kubernetes")
     kube.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster, else ~/.kube")
     kube.add_argument("--api-timeout", type=duration, default=10.0, metavar="DURATION")
@@ -124,6 +151,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     taints.add_argument(
         "--taint-resync",
+        type=duration,
+        default=600.0,
+        metavar="DURATION",
+        help="list every Node again this often (default 10m; 0: only at a leader term's start)",
+    )
+    taints.add_argument(
+        "--taint-max-share",
+        type=float,
+        default=DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="most of the Nodes tainted at once; past it the rest are held back and left to the "
+        "extender (default %(default)s; 1: no bound)",
+    )
+    tiers = p.add_argument_group(
+        "tier-label mode",
+        "keep the label mco.io/interference-tier=low|medium|high on every node with fresh data, "
+        "with hysteresis, so schedulers score it through preferred node affinity without calling "
+        "the extender (needs RBAC on nodes: get, list, patch)",
+    )
+    tiers.add_argument(
+        "--tier-label-nodes", action="store_true", help="turn the tier-label mode on (default off)"
+    )
+    tiers.add_argument(
+        "--tier-medium-at", type=float, default=0.3, help="level entering medium (default 0.3)"
+    )
+    tiers.add_argument(
+        "--tier-high-at", type=float, default=0.6, help="level entering high (default 0.6)"
+    )
+    tiers.add_argument(
+        "--tier-margin",
+        type=float,
+        default=0.1,
+        help="leave a tier only below its threshold minus this (default 0.1)",
+    )
+    tiers.add_argument(
+        "--tier-hold",
+        type=duration,
+        default=120.0,
+        metavar="DURATION",
+        help="... and after this long below it (default 2m)",
+    )
+    tiers.add_argument(
+        "--tier-qps", type=float, default=5.0, help="Node requests per second (default 5)"
+    )
+    tiers.add_argument(
+        "--tier-burst", type=int, default=10, help="Node requests at once (default 10)"
+    )
+    tiers.add_argument(
+        "--tier-resync",
         type=duration,
         default=600.0,
         metavar="DURATION",
@@ -183,6 +259,18 @@ async def run(settings: ReporterSettings) -> int:
             qps=settings.taint.qps,
             burst=settings.taint.burst,
             resync=settings.taint.resync,
+            max_share=settings.taint.max_share,
+            may_write=elector.is_leader if elector is not None else (lambda: True),
+        )
+    labeller: NodeTierLabeller | None = None
+    if api_client is not None and settings.tiers is not None:
+        labeller = NodeTierLabeller(
+            NodeApi(api_client, timeout=settings.api_timeout),
+            metrics,
+            rule=settings.tiers.rule,
+            qps=settings.tiers.qps,
+            burst=settings.tiers.burst,
+            resync=settings.tiers.resync,
             may_write=elector.is_leader if elector is not None else (lambda: True),
         )
     log.info(
@@ -193,6 +281,7 @@ async def run(settings: ReporterSettings) -> int:
             "layout": settings.layout,
             "interval_s": settings.interval,
             "taint_nodes": tainter is not None,
+            "tier_label_nodes": labeller is not None,
         },
     )
     runner = None
@@ -214,6 +303,9 @@ async def run(settings: ReporterSettings) -> int:
                 live_within=settings.live_within,
                 refresh_after=settings.refresh_after,
                 tainter=tainter,
+                labeller=labeller,
+                profiles=ProfileBook(settings.profile_half_life, settings.profile_max_workloads),
+                profile_interval=settings.profile_publish_interval,
             )
             if settings.once:
                 await rules.refresh()

@@ -77,17 +77,33 @@ _HELP: Final[dict[str, str]] = {
     "unschedulable": "Nodes with schedulable=false.",
     "maxLevel": "Highest level among the nodes (absent when none has a level).",
     "minScore": "Lowest score among the nodes (absent when none has a score).",
+    "workload": "namespace/Kind/name of the pod's controller (a ReplicaSet's Deployment, a "
+    "Job's CronJob), from kube_pod_info's created_by_kind and created_by_name; a pod without "
+    "one: its name less the generated suffix. Workload profiles are kept under it.",
+    "profiles": "Learned workload interference profiles (on the object named cluster): per "
+    "workload and resource, how much it pollutes and how much it suffers, decayed, bounded by "
+    "--profile-max-workloads, written every --profile-publish-interval.",
+    "observations": "Decayed number of samples behind the profile: its confidence.",
+    "lastSeen": "The last cycle the workload was named as a victim or an aggressor.",
+    "resources": "llc, io, memory -> what the workload does to the resource and suffers from it.",
+    "aggressor": "Intensity (0-1): decayed mean of its share of the usage named on nodes with "
+    "victims.",
+    "victim": "Sensitivity (0-1): decayed mean of its stall share where it was a victim.",
+    "aggressorCount": "Decayed number of aggressor samples.",
+    "victimCount": "Decayed number of victim samples.",
     "stale": "Nodes a reader judged stale (older than staleAfter) at the last write; on the "
     "object named cluster only.",
 }
 _COUNTS: Final = frozenset({"ruleConfigGeneration", "nodeCount", "nodes", "unschedulable", "stale"})
-_TIMES: Final = frozenset({"sampleTime", "lastSyncTime", "lastTransitionTime"})
+_TIMES: Final = frozenset({"sampleTime", "lastSyncTime", "lastTransitionTime", "lastSeen"})
 BOUNDS: Final[dict[str, tuple[float, float]]] = {  # also what entries.py writes
     "level": (0, 1),
     "score": (0, 100),
     "index": (0, 1),
     "maxLevel": (0, 1),
     "minScore": (0, 100),
+    "aggressor": (0, 1),
+    "victim": (0, 1),
 }
 
 
@@ -156,6 +172,10 @@ def openapi_schema() -> dict[str, Any]:
     conditions = props["status"]["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
+    # Unique policy names, as the DetectionRuleConfig's CEL rule says (readers key by name).
+    policies = props["status"]["properties"]["config"]["properties"]["policies"]
+    policies["x-kubernetes-list-type"] = "map"
+    policies["x-kubernetes-list-map-keys"] = ["name"]
     schema["description"] = (
         "Per-node hardware interference as seen by MCO, written by mco-reporter. Layouts: one "
         "object named cluster holding every node, or one object per node named after it."

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
+from mco.workload import workload_key
 from reporter.schema import PodRef
 from rulegen import series
 from rulegen.durations import format_duration
@@ -47,6 +48,7 @@ TOP: Final = 3
 ROLE_LABEL: Final = "role"
 Role = Literal["victims", "aggressors"]
 _POD: Final = "node, pod_uid, qos"
+_OWNER: Final = "created_by_kind, created_by_name"
 CACHE_POLLUTION: Final = series.DETECTIONS["cachePollution"]
 _SELF_LIMITED: Final = (
     f"({series.POD_MEMORY_SELF_LIMITED} == 1 or {series.POD_IO_SELF_LIMITED} == 1)"
@@ -114,7 +116,8 @@ RANKINGS: Final[tuple[Ranking, ...]] = (
 
 def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -> str:
     """The one query: every ranking's top pods per node, tagged ``role`` and ``resource``, with
-    ``namespace`` and ``pod`` joined from kube_pod_info where it has the pod."""
+    ``namespace``, ``pod`` and the pod's controller (``created_by_kind``, ``created_by_name``)
+    joined from kube_pod_info where it has the pod."""
     names = {
         "w": format_duration(config.window),
         **{
@@ -148,7 +151,7 @@ def query(config: DetectionRuleConfig, rankings: Sequence[Ranking] = RANKINGS) -
         )
     ranked = "(\n" + "\nor\n".join(parts) + "\n)"
     return (
-        f"{ranked}\n* on (pod_uid) group_left (namespace, pod) {series.POD_NAMES}\n"
+        f"{ranked}\n* on (pod_uid) group_left (namespace, pod, {_OWNER}) {series.POD_OWNERS}\n"
         f"or on (node, pod_uid, {ROLE_LABEL}, resource)\n{ranked}"
     )
 
@@ -163,6 +166,8 @@ class Pod(Protocol):
     resource: str
     namespace: str
     pod: str
+    created_by_kind: str
+    created_by_name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +188,12 @@ def parse(pods: Sequence[Pod], values: Sequence[float]) -> dict[str, Culprits]:
     for m, x in zip(pods, values, strict=True):
         if not m.node or not m.pod_uid or not m.resource or x != x:
             continue
-        ref = PodRef(m.pod_uid, m.resource, x, m.qos, m.namespace, m.pod)
+        workload = (
+            workload_key(m.namespace, m.created_by_kind, m.created_by_name, m.pod)
+            if m.namespace
+            else ""
+        )
+        ref = PodRef(m.pod_uid, m.resource, x, m.qos, m.namespace, m.pod, workload)
         if m.role == "victims":
             victims.setdefault(m.node, []).append(ref)
         elif m.role == "aggressors" and m.resource in _RESOURCES:
@@ -211,7 +221,12 @@ def same(old: Sequence[PodRef], new: Sequence[PodRef], role: Role, relative: flo
     written = {(p.pod_uid, p.resource): p for p in old}
     for p in new:
         o = written.get((p.pod_uid, p.resource))
-        if o is None or (o.namespace, o.name, o.qos) != (p.namespace, p.name, p.qos):
+        if o is None or (o.namespace, o.name, o.qos, o.workload) != (
+            p.namespace,
+            p.name,
+            p.qos,
+            p.workload,
+        ):
             return False
         tol = relative * max(abs(o.value), _SCALE.get((role, p.resource), 1.0))
         if abs(p.value - o.value) > tol:

@@ -3,7 +3,8 @@
 One cycle is one instant query (``reporter.query``; one per shard, merged by
 ``reporter.shards``, when there are several sources), the tracker's update
 (``reporter.tracker``), then the sink's write and, with ``--taint-nodes``, the Nodes' taints
-(``reporter.taints``); ``lead`` repeats it every interval for one
+(``reporter.taints``) and, with ``--tier-label-nodes``, their tier labels (``reporter.tiers``);
+``lead`` repeats it every interval for one
 leader term (the whole run without leader election), following the DetectionRuleConfig
 meanwhile. The CLI, the tests and the benchmark all drive this module.
 """
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,13 +25,15 @@ from mco.promql import PromQLClient, SourceError
 from reporter import culprits
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.metrics import ReporterMetrics
+from reporter.profiles import ProfileBook
 from reporter.query import Plan
 from reporter.ruleconfig import RuleConfigSource
-from reporter.schema import ReportConfig
+from reporter.schema import ReportConfig, WorkloadProfile
 from reporter.shards import gather
 from reporter.sink import Sink, SinkResult
 from reporter.taints import NodeTainter, TaintResult
 from reporter.thresholds import constraint_configs, detection_configs
+from reporter.tiers import NodeTierLabeller, TierResult
 from reporter.tracker import CycleResult, Tracker
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig
@@ -45,6 +49,7 @@ class Outcome:
     result: CycleResult | None = None
     written: SinkResult | None = None  # what the sink did (None: it was not reached)
     taints: TaintResult | None = None  # what the taint mode did (None: off, or not reached)
+    tiers: TierResult | None = None  # what the tier-label mode did (None: off, or not reached)
 
 
 def report_config(cfg: DetectionRuleConfig, generation: int | None) -> ReportConfig:
@@ -82,6 +87,9 @@ class Reporter:
         live_within: float | None = None,
         refresh_after: float = 0.0,
         tainter: NodeTainter | None = None,
+        labeller: NodeTierLabeller | None = None,
+        profiles: ProfileBook | None = None,
+        profile_interval: float = 30.0,
     ) -> None:
         # One source, or one per shard (the same query layer's URL given twice is refused).
         self.sources = (source,) if isinstance(source, PromQLClient) else tuple(source)
@@ -96,6 +104,13 @@ class Reporter:
         self.live_within = live_within
         self.refresh_after = refresh_after
         self.tainter = tainter  # --taint-nodes: None when off (no Node is ever touched)
+        self.labeller = labeller  # --tier-label-nodes: None when off (no label is touched)
+        # Workload profiles (reporter.profiles): learned from every answered cycle's lists,
+        # published every profile_interval (0: never); None or --compact: not learned.
+        self.profiles = profiles if not plan.compact else None
+        self.profile_interval = profile_interval
+        self._published: list[WorkloadProfile] | None = None
+        self._published_at = -math.inf
         self._config = rules.config
         self._report_config = report_config(rules.config, rules.generation)
         self._culprits = self._culprits_query(self._config)
@@ -129,11 +144,15 @@ class Reporter:
         self.sink.forget()
         if self.tainter is not None:
             self.tainter.forget()
+        if self.labeller is not None:
+            self.labeller.forget()
 
     async def seed(self) -> None:
         """Start from what the sink already holds, so unchanged nodes are not rewritten and a
         failing source leaves the existing entries in place to age."""
         self.tracker.seed(await self.sink.load())
+        if self.profiles is not None:
+            self.profiles.seed(self.sink.loaded_profiles, time.time())
         self.seeded = True
 
     async def cycle(self, at: float | None = None) -> Outcome:
@@ -184,6 +203,8 @@ class Reporter:
             queried = True
             result = self.tracker.apply(snap, gathered.failed)
             outcome.result = result
+            if self.profiles is not None:
+                self.profiles.observe(snap.culprits, snap.at)
             if gathered.failed:  # some shards answered: their nodes are current, not the rest
                 error = gathered.error()
                 outcome = Outcome(
@@ -201,6 +222,7 @@ class Reporter:
         # No config while the object in the API was never accepted: readers keep the last good
         # one they have (an API sink leaves the field as written; a reader keeps its last).
         view.config = None if self.rules.unaccepted else self._report_config
+        view.profiles = self._profiles_view(at)
         written = await self.sink.write(view)
         m.wrote(self.sink.medium, written)
         if not written.ok and outcome.ok:
@@ -210,11 +232,25 @@ class Reporter:
             # After the report: the taints follow the entries just written, and the same
             # staleAfter the extender applies to them.
             outcome.taints = await self.tainter.sync(view, float(cfg.report.stale_after), at)
+        if self.labeller is not None:
+            # The tier labels likewise: the entries just written, with the same staleAfter.
+            outcome.tiers = await self.labeller.sync(view, float(cfg.report.stale_after), at)
         # The heartbeat gauge (alert MCOReportStale) moves only when this cycle's heartbeat
         # reached the readers: a sink that fails or backs off leaves them with old data.
         if queried and written.delivered:
             m.last_sync.set(at)
         return self._done(outcome, cpu0, wall0)
+
+    def _profiles_view(self, at: float) -> list[WorkloadProfile] | None:
+        """``status.profiles``: what was last published, again every ``profile_interval``
+        (a list that changes every cycle would cost a write every cycle)."""
+        book = self.profiles
+        if book is None or self.profile_interval <= 0:
+            return None
+        if at - self._published_at >= self.profile_interval or at < self._published_at:
+            self._published = book.published(at)
+            self._published_at = at
+        return self._published
 
     def _log_sources(self, failed: dict[str, SourceError]) -> None:
         """Once per outage of a source (and per change of reason), not once a cycle."""

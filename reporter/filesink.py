@@ -25,7 +25,14 @@ from pathlib import Path
 import msgspec
 
 from reporter.layout import PER_NODE, LayoutChooser, whole_objects
-from reporter.schema import NodeEntry, ReportList, decode_reports, format_time
+from reporter.schema import (
+    CLUSTER_REPORT_NAME,
+    NodeEntry,
+    ReportList,
+    WorkloadProfile,
+    decode_reports,
+    format_time,
+)
 from reporter.sink import Medium, SinkResult
 from reporter.tracker import ReportView
 
@@ -38,10 +45,12 @@ class FileSink:
     """The ``Sink`` that writes the report as one JSON document (``--output``)."""
 
     medium: Medium = "file"
+    loaded_profiles: list[WorkloadProfile]
 
     def __init__(self, target: str, chooser: LayoutChooser) -> None:
         self.target = target
         self.chooser = chooser
+        self.loaded_profiles = []
         self.bytes_written = 0
         self.last_size = 0  # bytes of the last document
         self.largest_object = 0
@@ -67,6 +76,8 @@ class FileSink:
         entries: dict[str, NodeEntry] = {}
         for item in items:
             entries.update(item.status.nodes)
+            if item.metadata.name == CLUSTER_REPORT_NAME:
+                self.loaded_profiles = list(item.status.profiles or ())
         return entries
 
     def forget(self) -> None:

@@ -36,6 +36,7 @@ from reporter.schema import (
     LAYOUT_LABEL,
     NodeEntry,
     NodeInterferenceReport,
+    WorkloadProfile,
     summarize,
 )
 from reporter.sink import Medium, SinkResult
@@ -67,6 +68,7 @@ class KubeSink:
     """The ``Sink`` that writes NodeInterferenceReport objects through the Kubernetes API."""
 
     medium: Medium = "api"
+    loaded_profiles: list[WorkloadProfile]
 
     def __init__(
         self,
@@ -81,6 +83,7 @@ class KubeSink:
     ) -> None:
         self.api = api
         self.chooser = chooser
+        self.loaded_profiles = []
         self.concurrency = concurrency
         self.backoff = Backoff(backoff_base, backoff_cap)
         self.may_write = may_write
@@ -108,6 +111,8 @@ class KubeSink:
             cluster = await self.api.get(CLUSTER_REPORT_NAME)
             if cluster is not None:
                 found[CLUSTER_REPORT_NAME] = cluster
+        if (cluster := found.get(CLUSTER_REPORT_NAME)) is not None:
+            self.loaded_profiles = list(cluster.status.profiles or ())
         self._stored = {name: _Stored.of(obj) for name, obj in found.items()}
         self._reread.clear()
         layouts = {s.labels.get(LAYOUT_LABEL) for s in self._stored.values()}
@@ -333,6 +338,8 @@ class KubeSink:
                 want["ruleConfigGeneration"] = view.rule_config_generation
             if view.config is not None:
                 want["config"] = msgspec.to_builtins(view.config)
+            if view.profiles is not None:
+                want["profiles"] = msgspec.to_builtins(view.profiles)
             want["conditions"] = msgspec.to_builtins(view.conditions)
             want["nodeCount"] = len(view.entries)
             want["summary"] = msgspec.to_builtins(view.summary)

@@ -139,6 +139,7 @@ def heartbeat_status(view: ReportView, nodes: dict[str, NodeEntry]) -> ReportSta
         rule_config_generation=view.rule_config_generation,
         config=view.config,
         conditions=list(view.conditions),
+        profiles=view.profiles,
         node_count=len(view.entries),
         summary=view.summary,
     )

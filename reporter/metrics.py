@@ -143,6 +143,40 @@ class ReporterMetrics:
             "Taint changes due at the last cycle but held back by the rate limit or a back-off.",
             registry=r,
         )
+        self.taint_held_back = Gauge(
+            selfmetrics.REPORTER_TAINT_HELD_BACK,
+            "Nodes with a held hard constraint left untainted at the last cycle: more would pass "
+            "--taint-max-share of the Nodes.",
+            registry=r,
+        )
+        self.tier_changes = Counter(
+            selfmetrics.REPORTER_TIER_CHANGES,
+            "Tier labels written (--tier-label-nodes), by the tier set (none: label removed).",
+            ["tier"],
+            registry=r,
+        )
+        self.tier_errors = Counter(
+            selfmetrics.REPORTER_TIER_ERRORS,
+            "Failed Node list, read or patch calls of the tier-label mode, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.tier_nodes = Gauge(
+            selfmetrics.REPORTER_TIER_NODES,
+            "Nodes carrying each tier label, as this replica last saw them (0 when not leading).",
+            ["tier"],
+            registry=r,
+        )
+        self.tier_pending = Gauge(
+            selfmetrics.REPORTER_TIER_PENDING,
+            "Tier-label changes due at the last cycle but held back by the rate limit or a "
+            "back-off.",
+            registry=r,
+        )
+        for tier in ("low", "medium", "high", "none"):
+            self.tier_changes.labels(tier)
+            if tier != "none":
+                self.tier_nodes.labels(tier)
         for kind in (
             "source_unreachable",
             "source_timeout",

@@ -1,11 +1,14 @@
-"""Node calls of the taint mode (``reporter.taints``): list, get, and patch ``spec.taints``.
+"""Node calls of the taint mode (``reporter.taints``) and the tier-label mode
+(``reporter.tiers``): list, get, patch ``spec.taints`` or one label.
 
 Only a Node's name, ``resourceVersion`` and taints are decoded (msgspec reads the declared
 fields and skips the rest of a 10-100 KB Node). Taints are kept as raw JSON objects, so a
 patch gives every other taint back exactly as it was read, fields this client does not know
 included. A patch is a JSON merge patch of the whole ``spec.taints`` list carrying the
 ``resourceVersion`` it was computed from: the API server answers 409 when the Node changed
-meanwhile (a kubelet, the node controller, a person), and the caller reads it again.
+meanwhile (a kubelet, the node controller, a person), and the caller reads it again. A label
+patch is a merge patch of that one key (``null`` removes it): the server merges it into the
+labels, so every other label stays exactly as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ PAGE: Final = 500  # nodes per list request (the API server's chunking)
 class _Meta(msgspec.Struct):
     name: str = ""
     resourceVersion: str = ""
+    labels: dict[str, str] | None = None
 
 
 class _Spec(msgspec.Struct):
@@ -31,7 +35,7 @@ class _Spec(msgspec.Struct):
 
 
 class NodeTaints(msgspec.Struct):
-    """A Node as the taint mode sees it."""
+    """A Node as the taint and tier-label modes see it."""
 
     metadata: _Meta = msgspec.field(default_factory=_Meta)
     spec: _Spec = msgspec.field(default_factory=_Spec)
@@ -47,6 +51,10 @@ class NodeTaints(msgspec.Struct):
     @property
     def taints(self) -> list[dict[str, Any]]:
         return self.spec.taints or []
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.metadata.labels or {}
 
 
 class _ListMeta(msgspec.Struct):
@@ -110,6 +118,20 @@ class NodeApi:
         body: dict[str, Any] = {"spec": {"taints": taints}}
         if rv:
             body["metadata"] = {"resourceVersion": rv}
+        self.stats.add("patch", len(msgspec.json.encode(body)))
+        data = await call(
+            self._api.patch_node, name, body, timeout=self.timeout, _content_type=MERGE_PATCH
+        )
+        node: NodeTaints = _decode(_node, data, f"Node {name}")
+        return node
+
+    async def patch_label(self, name: str, key: str, value: str | None, rv: str) -> NodeTaints:
+        """Set the Node's label ``key`` to ``value`` (None: remove it) if the Node is still at
+        ``rv`` (else 409); no other label is in the patch."""
+        meta: dict[str, Any] = {"labels": {key: value}}
+        if rv:
+            meta["resourceVersion"] = rv
+        body = {"metadata": meta}
         self.stats.add("patch", len(msgspec.json.encode(body)))
         data = await call(
             self._api.patch_node, name, body, timeout=self.timeout, _content_type=MERGE_PATCH

@@ -240,6 +240,8 @@ class TaggedLabels(msgspec.Struct, gc=False):
     resource: str = ""
     namespace: str = ""
     pod: str = ""
+    created_by_kind: str = ""
+    created_by_name: str = ""
 
 
 class TaggedSample(msgspec.Struct, gc=False):

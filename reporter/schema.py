@@ -24,7 +24,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from mco.policy import Policy
+from mco.policy import MAX_POLICIES, Policy, check_policy_names
 from rulegen.durations import parse_duration
 
 GROUP: Final = "mco.io"
@@ -66,6 +66,28 @@ class PodRef(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     qos: str = ""  # guaranteed | burstable | besteffort
     namespace: str = ""
     name: str = ""
+    # namespace/Kind/name of its controller (``mco.workload``), from kube_pod_info's
+    # created_by_kind and created_by_name: what workload profiles are kept under.
+    workload: str = ""
+
+
+class ResourceProfile(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """What a workload does to one resource and suffers from it (``reporter.profiles``): each
+    a decayed mean of its samples, with the decayed number of samples behind it."""
+
+    aggressor: float = 0.0  # intensity: its share of the pollution named on nodes with victims
+    aggressor_count: float = 0.0
+    victim: float = 0.0  # sensitivity: its stall share (PSI some) where it was a victim
+    victim_count: float = 0.0
+
+
+class WorkloadProfile(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    """One workload's learned interference profile, by resource (llc, io, memory)."""
+
+    workload: str  # namespace/Kind/name (mco.workload)
+    observations: float  # decayed samples of every resource: the confidence
+    last_seen: str  # RFC 3339: the last cycle it was named
+    resources: dict[str, ResourceProfile] = msgspec.field(default_factory=dict)
 
 
 class NodeEntry(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -141,10 +163,16 @@ class ReportConfig(msgspec.Struct, rename="camel", omit_defaults=True):
 
     stale_after: str  # a DetectionRuleConfig duration, e.g. 30s
     neutral_score: Annotated[float, msgspec.Meta(ge=0, le=100)]
-    policies: list[Policy] = msgspec.field(default_factory=list)
+    # At most as many as rulegen accepts, names unique: readers key tables by policy name.
+    policies: Annotated[list[Policy], msgspec.Meta(max_length=MAX_POLICIES)] = msgspec.field(
+        default_factory=list
+    )
     generation: int | None = None  # None: the config came from a file or the defaults
     detections: dict[str, DetectionConfig] | None = None
     hard_constraints: dict[str, ConstraintConfig] | None = None
+
+    def __post_init__(self) -> None:
+        check_policy_names(self.policies)  # a ValueError is a decode error (msgspec)
 
     def stale_after_seconds(self) -> float:
         """``staleAfter`` in seconds; ValueError when it is not a positive duration."""
@@ -159,6 +187,8 @@ class ReportStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     conditions: list[Condition] = msgspec.field(default_factory=list)
     node_count: int | None = None  # nodes in the whole report (set on the `cluster` object)
     summary: ReportSummary | None = None
+    # On the object named cluster: learned workload profiles (reporter.profiles), bounded.
+    profiles: list[WorkloadProfile] | None = None
 
 
 class ObjectMeta(msgspec.Struct, rename="camel", omit_defaults=True):

@@ -4,7 +4,8 @@ snapshot per cycle.
 Each shard evaluates the rules on its own share of the nodes, so the merge is a union: every
 shard is asked the plan's three queries at the same evaluation time, concurrently, and a node
 that two shards know (while targets move during a resharding) is taken from the answer whose
-sample is the freshest. A shard that fails contributes nothing: its nodes are absent from the
+sample is the freshest (a time ahead of the reporter's own clock, a shard's clock running fast,
+loses to any that is not). A shard that fails contributes nothing: its nodes are absent from the
 snapshot, so the tracker lets exactly their entries age (``Tracker.apply``'s ``failed``), while
 the others' nodes stay live. With one source this is ``query.fetch`` and nothing more.
 """
@@ -21,6 +22,9 @@ from reporter.query import MISSING, Plan, Snapshot, fetch
 from reporter.schema import MAX_CLOCK_SKEW
 
 MAX_COMBINED_MESSAGE = 1000  # characters of the message naming every failed shard
+# Seconds a shard's sample time may be ahead of the time the reporter asked for and still
+# compete on freshness (the evaluation time travels as milliseconds; nothing honest is later).
+MERGE_AHEAD = 1.0
 
 
 @dataclass(slots=True)
@@ -71,15 +75,23 @@ async def gather(
 def merge(
     plan: Plan, snaps: Sequence[tuple[str, Snapshot]], failed: dict[str, SourceError]
 ) -> Gathered:
-    """The union of the shards' vectors; a node in several takes the freshest usable sample
-    (a sample time that is absent, NaN or dated ahead of the clock never wins)."""
+    """The union of the shards' vectors; a node in several takes the freshest usable sample.
+
+    A sample time that is absent or NaN never wins; nor does one dated ahead of the
+    reporter's evaluation time by more than ``MERGE_AHEAD``: an engine asked for time ``at``
+    answers samples at or before it, so a later one comes from a shard whose clock runs fast,
+    and its freshness is not believed against an honest shard's. It is still the node's
+    answer when no other shard has one (within ``MAX_CLOCK_SKEW`` the tracker believes it);
+    among shards that are all ahead, the one nearest the reporter's clock wins."""
     t_slot = plan.time_slot
     at = snaps[0][1].at
-    ahead = at + MAX_CLOCK_SKEW
+    honest, ahead = at + MERGE_AHEAD, at + MAX_CLOCK_SKEW
 
-    def rank(vector: list[float]) -> float:
+    def rank(vector: list[float]) -> tuple[int, float]:
         ts = vector[t_slot]
-        return ts if ts != MISSING and ts <= ahead else -math.inf  # NaN fails `<=` too
+        if ts == MISSING or not ts <= ahead:  # NaN fails `<=` too
+            return (0, -math.inf)
+        return (2, ts) if ts <= honest else (1, -ts)
 
     vectors: dict[str, list[float]] = {}
     owner: dict[str, str] = {}

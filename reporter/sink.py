@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from reporter.schema import NodeEntry
+from reporter.schema import NodeEntry, WorkloadProfile
 from reporter.tracker import ReportView
 
 Medium = Literal["api", "file"]
@@ -40,6 +40,8 @@ class SinkResult:
 class Sink(Protocol):
     # The prefix of its error kinds in mco_reporter_errors_total, and which bytes counter moves.
     medium: Medium
+    # status.profiles as ``load`` found it on the object named cluster (learning goes on from it)
+    loaded_profiles: list[WorkloadProfile]
 
     async def load(self) -> dict[str, NodeEntry]:
         """The entries already written (a restart must not drop them); raises when they cannot

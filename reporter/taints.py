@@ -13,9 +13,15 @@ Rules, the same as the extender's view of the report (``extender.judge``):
   Prometheus cannot keep nodes unschedulable. An entry dated ahead of this clock by more than
   ``MAX_CLOCK_SKEW`` is not fresh either.
 * A node that leaves the report loses the taint.
+* At most ``--taint-max-share`` (half) of the listed Nodes carry the taint at once: past it
+  the nodes already tainted keep it, then the highest levels take the places left, and the
+  rest are held back (``mco_reporter_taint_held_back_nodes``, a warning when it starts):
+  the extender still judges them for the pods it sees, but no pod is stopped cluster-wide.
 * Only the key ``mco.io/interference`` is ever written; every other taint is given back exactly
   as read (``reporter.nodeapi``), under the ``resourceVersion`` precondition (409: read again).
-* Writes are paced by a token bucket (``--taint-qps``, ``--taint-burst``); removals go first,
+* Requests are paced by a token bucket (``--taint-qps``, ``--taint-burst``): every patch and
+  every read of one Node spends a token, a conflict's re-read and retry included (the list at
+  the start of a term and at each resync does not); removals go first,
   so under the limit freeing nodes wins over filtering more. What the bucket holds back is
   done in a later cycle (``mco_reporter_taint_pending_nodes``).
 * One node's failure (404, 422, 403, conflicts that never settle) is counted and logged and the
@@ -55,6 +61,11 @@ TAINT_KEY: Final = "mco.io/interference"
 TAINT_VALUE: Final = "hard-constraint"
 TAINT_EFFECT: Final = "NoSchedule"
 TAINT: Final = {"key": TAINT_KEY, "value": TAINT_VALUE, "effect": TAINT_EFFECT}
+# The share of the Nodes that may carry the taint at once (--taint-max-share): past it the taint
+# would stop most pods cluster-wide (every pod without the toleration, not only those the
+# extender judges), which is more often a rule or data fault than a fleet in trouble. The same
+# half as rulegen's guard on configurations (``rulegen.guard.DEFAULT_MAX_SHARE``).
+DEFAULT_MAX_SHARE: Final = 0.5
 _ATTEMPTS: Final = 4
 _STOP_ROUND: Final = frozenset({CONNECTION, THROTTLED})  # not one node's fault: back off
 log = logging.getLogger("mco.reporter.taints")
@@ -73,6 +84,10 @@ def wanted(view: ReportView, stale_after: float, now: float) -> set[str]:
 
 def ours(taint: dict[str, Any]) -> bool:
     return taint.get("key") == TAINT_KEY
+
+
+class _OutOfTokens(Exception):
+    """The rate limit holds the next request back: the node waits for a later cycle."""
 
 
 class TokenBucket:
@@ -102,6 +117,7 @@ class TaintResult:
     removed: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # error kinds (mco.apierrors)
     pending: int = 0  # changes due but held back by the rate limit or a stopped round
+    held_back: list[str] = field(default_factory=list)  # wanted, past --taint-max-share
 
 
 @dataclass(slots=True)
@@ -133,13 +149,17 @@ class NodeTainter:
         qps: float = 5.0,
         burst: int = 10,
         resync: float = 600.0,
+        max_share: float = DEFAULT_MAX_SHARE,
         may_write: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
     ) -> None:
         self.api = api
         self.metrics = metrics
+        if not 0 < max_share <= 1:
+            raise ValueError("taint max share: need 0 < share <= 1")
         self.resync = resync
+        self.max_share = max_share
         self.may_write = may_write
         self.clock = clock
         self.bucket = TokenBucket(qps, burst, clock)
@@ -147,13 +167,18 @@ class NodeTainter:
         self.retry_at = -math.inf
         self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
         self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
+        self._conflicts: dict[str, int] = {}  # 409s of a change the rate limit interrupted
+        self._held_back = False  # the share cap held nodes back at the last sync (log once)
         self._listed_at = -math.inf
 
     def forget(self) -> None:
         """Leadership lost: the next term lists the Nodes again."""
         self._nodes = None
+        self._conflicts.clear()
         self.metrics.tainted_nodes.set(0)
         self.metrics.taint_pending.set(0)
+        self.metrics.taint_held_back.set(0)
+        self._held_back = False
 
     @property
     def tainted(self) -> set[str]:
@@ -177,7 +202,8 @@ class NodeTainter:
             self._back_off()
             return result
         nodes = self._nodes
-        want = wanted(view, stale_after, now)
+        want, held_back = self._within_share(wanted(view, stale_after, now), view)
+        result.held_back = sorted(held_back)
         # Removals first: under the rate limit, freeing a node wins over filtering one more.
         todo = [
             (n, False) for n in sorted(n for n, k in nodes.items() if k.keyed and n not in want)
@@ -189,13 +215,17 @@ class NodeTainter:
             for n in sorted(want)
             if (n in nodes and not nodes[n].tainted) or (n not in nodes and n not in self._absent)
         ]
-        stopped = False
+        stopped = spent = False
         for name, on in todo:
-            if stopped or not self.may_write() or not self.bucket.take():
+            if stopped or spent or not self.may_write():
                 result.pending += 1
                 continue
             try:
                 changed = await self._set(name, on)
+            except _OutOfTokens:
+                spent = True  # this node and the rest wait for the next cycle's tokens
+                result.pending += 1
+                continue
             except ApiError as exc:
                 self._error(result, exc, "tainting a node failed", node=name)
                 if exc.kind in _STOP_ROUND:
@@ -212,16 +242,58 @@ class NodeTainter:
         m.taints_removed.inc(len(result.removed))
         m.tainted_nodes.set(sum(1 for k in nodes.values() if k.tainted))
         m.taint_pending.set(result.pending)
+        m.taint_held_back.set(len(held_back))
         return result
+
+    def _within_share(self, want: set[str], view: ReportView) -> tuple[set[str], set[str]]:
+        """``want`` cut to ``max_share`` of the listed Nodes, and the nodes cut. Places go
+        first to nodes that already carry the taint (no churn), then to the highest levels
+        (names break ties); a node cut keeps no taint and is left to the extender."""
+        nodes = self._nodes or {}
+        want -= self._absent  # no Node object to taint: takes no place
+        # The listed Nodes and any reported since (read when first tainted).
+        cap = math.floor(self.max_share * len(nodes.keys() | want) + 1e-9)
+        if self.max_share >= 1 or len(want) <= cap:
+            if self._held_back:
+                log.info("taint share back under the cap", extra={"cap": cap})
+            self._held_back = False
+            return want, set()
+
+        def order(name: str) -> tuple[bool, float, str]:
+            known = nodes.get(name)
+            level = view.entries[name].level if name in view.entries else None
+            return (not (known and known.keyed), -(level or 0.0), name)
+
+        ranked = sorted(want, key=order)
+        kept, cut = set(ranked[:cap]), set(ranked[cap:])
+        if not self._held_back:
+            log.warning(
+                "taint share reached",
+                extra={
+                    "violating": len(want),
+                    "nodes": len(nodes),
+                    "cap": cap,
+                    "max_share": self.max_share,
+                    "held_back": ",".join(sorted(cut)[:10]),
+                },
+            )
+        self._held_back = True
+        return kept, cut
 
     async def _set(self, name: str, on: bool) -> bool:
         """Give ``name`` MCO's taint (``on``) or take it away; False: nothing to do (already so,
-        or the Node is gone). 409: read the Node again and retry."""
+        or the Node is gone). 409: read the Node again and retry. Every request, the retries'
+        reads and patches included, spends a token first (``_OutOfTokens`` when there is none)."""
         nodes = self._nodes
         assert nodes is not None
-        for _ in range(_ATTEMPTS):
+        # Conflicts count across cycles: a node whose retries the bucket cuts short goes on
+        # from where it stopped, so one that never settles fails after _ATTEMPTS in all and
+        # cannot hold every later node back.
+        tries = self._conflicts.pop(name, 0)
+        while tries < _ATTEMPTS:
             known = nodes.get(name)
             if known is None or not known.rv:
+                self._spend_or_hold(name, tries)
                 fresh = await self.api.get(name)
                 if fresh is None:
                     nodes.pop(name, None)
@@ -234,11 +306,13 @@ class NodeTainter:
                 taints.append(dict(TAINT))
             if taints == known.taints:
                 return False
+            self._spend_or_hold(name, tries)
             try:
                 node = await self.api.patch_taints(name, taints, known.rv)
             except ApiError as exc:
                 if exc.kind == CONFLICT:
                     known.rv = ""
+                    tries += 1
                     continue
                 if exc.kind == NOT_FOUND:
                     nodes.pop(name, None)
@@ -250,6 +324,14 @@ class NodeTainter:
             nodes[name] = _Known.of(node)
             return True
         raise Conflict(409, f"Node {name}: still conflicting after {_ATTEMPTS} fresh reads")
+
+    def _spend_or_hold(self, name: str, tries: int) -> None:
+        """Take a token for the next request about ``name``; without one, remember its
+        conflicts so far and raise ``_OutOfTokens``."""
+        if not self.bucket.take():
+            if tries:
+                self._conflicts[name] = tries
+            raise _OutOfTokens
 
     def _error(self, result: TaintResult, exc: ApiError, what: str, **extra: str) -> None:
         result.errors.append(exc.kind)

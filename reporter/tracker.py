@@ -40,6 +40,7 @@ from reporter.schema import (
     NodeEntry,
     ReportConfig,
     ReportSummary,
+    WorkloadProfile,
     entry_time,
     format_time,
     parse_time,
@@ -83,6 +84,8 @@ class ReportView:
     last_seen: dict[str, float] = field(default_factory=dict)  # node -> its newest sample time
     summary: ReportSummary = field(default_factory=lambda: ReportSummary(0, 0))  # all entries
     config: ReportConfig | None = None  # status.config, set by the engine
+    # status.profiles, set by the engine (None: not learning, or nothing published yet)
+    profiles: list[WorkloadProfile] | None = None
 
 
 class Tracker:

@@ -36,6 +36,7 @@ from mco.settings import (
     fail,
     leader_settings,
     log_settings,
+    one_line,
     parse,
     start_logging,
     web_settings,
@@ -465,7 +466,7 @@ async def cmd_recommend(command: RecommendCommand) -> int:
                     ),
                 )
     except SourceError as exc:
-        print(f"mco-rulegen: {exc.message}", file=sys.stderr)
+        print(f"mco-rulegen: {one_line(exc.message)}", file=sys.stderr)
         return 1
     except recommend.HistoryTooShort as exc:
         print(f"mco-rulegen: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ object skips it for an emergency.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -81,8 +82,13 @@ NODES: Final = f"count({series.NODE_SET}) or vector(0)"
 
 
 async def _number(client: PromQLClient, expr: str, at: float) -> float:
+    """A count; ValueError (the guard is then not checked) for anything but a finite number,
+    so a NaN answer never passes as "no node over the share"."""
     samples, _ = await client.query(expr, at, _Sample)
-    return float(samples[0].value[1]) if samples else 0.0
+    value = float(samples[0].value[1]) if samples else 0.0
+    if not math.isfinite(value):
+        raise ValueError(f"{client.where} answered {value} for {expr}")
+    return value
 
 
 async def check(

@@ -30,7 +30,7 @@ from typing import Final
 import msgspec
 
 from mco import selfmetrics
-from mco.promql import PromQLClient
+from mco.promql import BAD_ANSWER, PromQLClient, SourceError
 from rulegen.catalog import CATALOG, Catalog, Signal
 from rulegen.durations import format_duration
 from rulegen.model import DetectionRuleConfig, Threshold, from_spec
@@ -184,9 +184,41 @@ def _where(signal: Signal, catalog: Catalog) -> tuple[str, str]:
     return signal.detection, "fallback" if signal.fallback else "signals"
 
 
+def _query_name(expr: str, limit: int = 120) -> str:
+    """A query on one line, cut: enough to find it in the catalog, short enough for an error."""
+    flat = " ".join(expr.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _number(text: str, where: str, what: str) -> float:
+    """A sample value as a float; SourceError (a bad answer, one line) when it is not one."""
+    what = _query_name(what)
+    try:
+        return float(text)
+    except ValueError:
+        raise SourceError(
+            BAD_ANSWER, f"{where} answered a value that is not a number for {what}: {text[:40]!r}"
+        ) from None
+
+
+def _finite(text: str, where: str, what: str) -> float:
+    """A sample value that must be a finite number (a count, seconds): NaN or ±Inf are a bad
+    answer here, not something to compute with."""
+    value = _number(text, where, what)
+    if not math.isfinite(value):
+        raise SourceError(BAD_ANSWER, f"{where} answered {text[:40]} for {_query_name(what)}")
+    return value
+
+
 async def node_count(client: PromQLClient, at: float) -> int:
-    samples, _ = await client.query(f"count(count by (node) ({NODE_INFO}))", at, _Sample)
-    return int(float(samples[0].value[1])) if samples else 0
+    expr = f"count(count by (node) ({NODE_INFO}))"
+    samples, _ = await client.query(expr, at, _Sample)
+    if not samples:
+        return 0
+    count = _finite(samples[0].value[1], client.where, f"the node count ({expr})")
+    if count < 0:
+        raise SourceError(BAD_ANSWER, f"{client.where} answered a node count of {count:g}")
+    return int(count)
 
 
 class HistoryTooShort(Exception):
@@ -266,7 +298,7 @@ async def history(
             if only is not None and s.metric.get("node", "") not in only:
                 continue
             for _, text in s.values:
-                value = float(text)
+                value = _number(text, client.where, expr)  # NaN: no value at that step
                 if math.isfinite(value):
                     reservoir.add(value)
         t = chunk_end + step
@@ -406,8 +438,10 @@ def triggered_expr(
 
 
 async def _per_node(client: PromQLClient, expr: str, at: float) -> dict[str, float]:
+    """Each node's value of ``expr``: seconds or counts, so anything but a finite number is a
+    bad answer (``changes()`` of NaN would otherwise be ``int(nan)``)."""
     samples, _ = await client.query(expr, at, _Sample)
-    return {s.metric.get("node", ""): float(s.value[1]) for s in samples}
+    return {s.metric.get("node", ""): _finite(s.value[1], client.where, expr) for s in samples}
 
 
 async def replay(

@@ -86,6 +86,12 @@ POD_INFO: Final = "kube_pod_info"
 POD_NAMES: Final = (
     f'label_replace(max by (uid, namespace, pod) ({POD_INFO}), "pod_uid", "$1", "uid", "(.+)")'
 )
+# The same with each pod's controller (``created_by_kind``, ``created_by_name``; "<none>" for a
+# pod without one): what the reporter keys workload profiles by (``mco.workload``).
+POD_OWNERS: Final = (
+    f"label_replace(max by (uid, namespace, pod, created_by_kind, created_by_name) ({POD_INFO}),"
+    ' "pod_uid", "$1", "uid", "(.+)")'
+)
 
 # Per-signal index, labels ``detection`` and ``signal`` (values of SIGNAL_LABELS): which signal
 # drives a detection. Recorded only where the signal counts for its detection on that node

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -243,3 +245,79 @@ async def test_renewed_certificates_are_served_without_a_restart(tmp_path: Path,
         assert await status(web_.ca_file) == "ClientConnectorCertificateError"
     finally:
         await runner.cleanup()
+
+
+def _cost(hashed: str, cost: int) -> str:
+    """The same hash text with another cost field: a well-formed hash of that cost (its check
+    fails, which is all a load-time test needs), without spending 2^cost rounds to make it."""
+    return hashed[:4] + f"{cost:02d}" + hashed[6:]
+
+
+def test_the_right_password_stays_fast_while_eight_clients_guess_wrong() -> None:
+    """Issue 27 item 11: one lock held across every bcrypt check made a right password wait
+    behind each wrong guess (2-3 s at cost 12 with 8 guessers, the scrape timeout is 1 s)."""
+    auth = BasicAuth({"u": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=12)).decode()})
+    assert auth.verify(basic("u", "right")) is True  # the first scrape pays bcrypt once
+    stop, guessed = threading.Event(), [0] * 8
+
+    def guess(i: int) -> None:
+        while not stop.is_set():
+            assert auth.verify(basic("u", f"wrong-{i}-{guessed[i]}")) is False
+            guessed[i] += 1
+
+    guessers = [threading.Thread(target=guess, args=(i,)) for i in range(8)]
+    for t in guessers:
+        t.start()
+    took = []
+    try:
+        time.sleep(0.1)  # every guesser is inside bcrypt
+        for _ in range(20):
+            start = time.perf_counter()
+            assert auth.verify(basic("u", "right")) is True
+            took.append(time.perf_counter() - start)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in guessers:
+            t.join()
+    assert sum(guessed) >= 2  # the guesses did run meanwhile
+    assert max(took) < 0.05, f"right password took up to {max(took) * 1e3:.0f} ms"
+
+
+def test_a_flood_of_wrong_passwords_does_not_evict_the_right_one(monkeypatch) -> None:
+    auth = BasicAuth({"u": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4)).decode()})
+    assert auth.verify(basic("u", "right")) is True
+    for i in range(500):
+        assert auth.verify(basic("u", f"wrong-{i}")) is False
+    assert auth.cached(basic("u", "right")) is True  # no bcrypt for it, however many guesses
+
+
+def test_bcrypt_costs_above_the_bound_are_refused_at_load(tmp_path: Path) -> None:
+    """Issue 27 item 12: a cost-31 hash took minutes per check. exporter-toolkit's users use
+    10-14; each step doubles the time, and 14 already takes about a second on one core."""
+    hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
+    for cost in (15, 31):
+        with pytest.raises(WebConfigError, match=rf"basic_auth_users.u: bcrypt cost {cost} .* 14"):
+            webconfig.load(write(tmp_path, {"basic_auth_users": {"u": _cost(hashed, cost)}}))
+    with pytest.raises(WebConfigError, match="cost 31"):
+        BasicAuth({"u": _cost(hashed, 31)})
+    config = webconfig.load(write(tmp_path, {"basic_auth_users": {"u": _cost(hashed, 14)}}))
+    assert config.auth is not None
+
+
+def test_an_unknown_user_never_costs_more_than_a_known_one() -> None:
+    """The decoy hash for unknown users was made at the highest configured cost: with one
+    cost-12 user beside cost-4 ones, every unknown name cost a cost-12 check."""
+    cheap = bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)).decode()
+    dear = bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=12)).decode()
+    auth = BasicAuth({"cheap": cheap, "dear": dear})
+
+    def seconds(header: str) -> float:
+        start = time.perf_counter()
+        assert auth.verify(header) is False
+        return time.perf_counter() - start
+
+    seconds(basic("nobody", "warm-up"))  # the decoy is made on first use
+    unknown = min(seconds(basic(f"nobody-{i}", "x")) for i in range(3))
+    known_dear = seconds(basic("dear", "x"))
+    assert unknown * 8 < known_dear, (unknown, known_dear)

@@ -70,16 +70,19 @@ def render_files(
     kube_version: str | None = None,
     release: str = RELEASE,
     namespace: str = NAMESPACE,
+    apis: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """Template path -> rendered text, as ``helm template`` would print it.
 
     ``cluster`` renders as ``helm install`` does: Helm then knows the cluster's APIs, and its
     discovered set holds kind-qualified entries (``v1/Namespace``) the offline set never has.
+    ``apis``: more entries the cluster serves (``group/version/Kind``).
     """
     options: dict[str, Any] = {"name": release, "namespace": namespace}
     api_versions = [MONITORING_API] if monitoring else []
     if cluster:
         api_versions += CLUSTER_APIS
+    api_versions += apis
     if api_versions:
         options["api_versions"] = api_versions
     if kube_version:

@@ -19,7 +19,7 @@ from tests.chart.helm import CHART, SCENARIOS, chart, render, scenario_values
 from tests.chart.test_validate import operator_crds, operator_errors
 
 # Values whose content is free-form Kubernetes (documented as a whole, not key by key).
-FREE_FORM = {"resources", "nodeSelector", "updateStrategy", "seccompProfile", "affinity"}
+FREE_FORM = {"resources", "nodeSelector", "updateStrategy", "seccompProfile", "affinity", "classes"}
 
 
 def leaves(values: dict[str, Any], prefix: str = "") -> Iterator[str]:

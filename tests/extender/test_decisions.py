@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from extender.app import DECISIONS
 from extender.config import VerdictConfig
 from extender.decisions import MERGE_SECONDS, Decisions, Note
 from extender.verdict import PodFacts, Verdict, pod_facts
@@ -152,18 +153,88 @@ async def test_explain_leaves_no_decision(client):
 
 
 def test_a_full_ring_of_the_longest_names_and_messages_stays_under_its_documented_bound():
-    """docs/extender.md: ~48 MiB at the worst (253-character names, messages cut to 300)."""
-    ring = Decisions()
+    """docs/extender.md: ~48 MiB by the count bounds alone at the worst (253-character names,
+    messages cut to 300), held under the 32 MiB byte bound by default."""
+    for ring, pods in ((Decisions(max_bytes=1 << 30), 512), (Decisions(), None)):
+        tracemalloc.start()
+        try:
+            for p in range(ring.max_pods + 10):
+                for d in range(ring.max_per_pod + 1):
+                    names = [f"{p}-{d}-{i}-".ljust(300, "x") for i in range(ring.max_nodes + 4)]
+                    verdicts = _verdicts(len(names), passed=False)  # 1,000-character messages
+                    note = Note(f"namespace-{p}/pod-{p}", POD, names, verdicts)
+                    ring.record("scheduler_filter", [note], 1000.0 + d * 100)
+            del names, verdicts, note
+            held, _peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        if pods is not None:
+            assert len(ring) == pods
+            assert held < 52 * 2**20, held
+        else:
+            assert 300 < len(ring) < 512
+            assert ring.bytes <= 32 << 20 and held < 34 * 2**20, (ring.bytes, held)
+        assert 0.8 < held / ring.bytes < 1.2, (held, ring.bytes)
+
+
+def _kube_pod(name: str, namespace: str, node_names: list[str]) -> bytes:
+    pod = {"metadata": {"name": name, "namespace": namespace}, "spec": {}}
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": node_names}).encode()
+
+
+async def test_names_longer_than_kubernetes_allows_are_refused_or_cut(client):
+    """Issue 27 item 1: 8 MiB pod names and 1 MiB node names were kept whole by the ring (RSS
+    109 -> 331 MiB after 17 calls). Kubernetes never sends a pod name over 253 characters or
+    a namespace over 63: 400. Node names are only listed in the ring, cut to 253."""
+    for name, namespace in (("p" * (8 << 20), "ns"), ("p" * 254, "ns"), ("p", "n" * 64)):
+        raw = await client.post("/scheduler/filter", data=_kube_pod(name, namespace, ["quiet"]))
+        assert raw.status == 400, (len(name), len(namespace))
+        assert "longer than" in json.loads(await raw.read())["error"]
+    longest = ("p" * 253, "n" * 63)
+    raw = await client.post("/scheduler/filter", data=_kube_pod(*longest, ["quiet"]))
+    assert raw.status == 200
+    huge = [f"{i}-".ljust(1 << 20, "x") for i in range(16)]
+    raw = await client.post("/scheduler/filter", data=_kube_pod("p", "ns", huge))
+    assert raw.status == 200
+    await wait_for(lambda: bool(client.app[DECISIONS].of("ns/p")), what="the decision")
+    [decision] = await decisions(client, "ns/p")
+    assert decision["nodes"] == 16
+    assert {len(d["node"]) for d in decision["listed"]} == {253}
+
+
+def test_the_ring_accounts_its_bytes_and_keeps_under_its_bound():
+    """The ring's accounted bytes stay under ``max_bytes`` after the issue's attack (many pods,
+    16 node names of 1 MiB each per call), the least recently decided pods going first; the
+    accounting is what tracemalloc measures, within 25 %."""
+    bound = 1 << 20
+    ring = Decisions(max_bytes=bound)
     tracemalloc.start()
     try:
-        for p in range(ring.max_pods + 10):
-            for d in range(ring.max_per_pod + 1):
-                names = [f"{p}-{d}-{i}-".ljust(253, "x") for i in range(ring.max_nodes + 4)]
-                verdicts = _verdicts(len(names), passed=False)  # 1,000-character messages
-                note = Note(f"namespace-{p}/pod-{p}", POD, names, verdicts)
-                ring.record("scheduler_filter", [note], 1000.0 + d * 100)
+        for p in range(200):
+            names = [f"{p}-{i}-".ljust(1 << 20, "x") for i in range(16)]
+            note = Note(f"namespace-{p}/pod-{p}", POD, names, _verdicts(16, passed=False))
+            ring.record("scheduler_filter", [note], 1000.0 + p)
+            del names, note
+            assert ring.bytes <= bound, (p, ring.bytes)
         held, _peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(ring) == ring.max_pods
-    assert held < 52 * 2**20, held
+    assert ring.bytes > bound * 0.9  # it is full, not empty
+    assert 0 < len(ring) < 200 and ring.of("namespace-199/pod-199")
+    assert ring.of("namespace-0/pod-0") == []
+    assert held < ring.bytes * 1.25, (held, ring.bytes)
+    assert held > ring.bytes * 0.75, (held, ring.bytes)
+
+
+def test_the_byte_account_follows_merges_and_dropped_decisions():
+    ring = Decisions(max_per_pod=2, max_nodes=4)
+    for d in range(5):  # older decisions drop out of the pod's deque: their bytes too
+        ring.record("scheduler_filter", [Note("ns/p", POD, ["a"] * 4, _verdicts(4))], 1000.0 + d)
+    two = ring.bytes
+    ring.record("scheduler_filter", [Note("ns/p", POD, ["a"] * 4, _verdicts(4))], 1010.0)
+    assert ring.bytes == two
+    for i in range(6):  # merged predicates grow the last decision up to max_nodes
+        v = _verdicts(1, passed=False)
+        ring.record("volcano_predicate", [Note("ns/p", POD, [f"node-{i}"], v)], 1020.0)
+    assert ring.bytes > two
+    assert ring.bytes == ring.recount()  # what a fresh count says

@@ -136,3 +136,18 @@ async def test_a_broken_watch_falls_back_to_no_reservation(
     assert await up(client) == 1.0
     assert await scores(client) == {"a": 7, "b": 8}
     assert len(list(kmock[f"list {PODS}"])) == 17
+
+
+async def test_a_future_placement_time_reserves_nothing(kmock, kubeconfig, report, serve):
+    """Issue 27 item 3: a pod whose PodScheduled time is 2100-01-01 reserved 0.1 on its node
+    for as long as it existed. A time within the clock-skew allowance is the watch's now; one
+    further ahead is not believed: that pod reserves nothing."""
+    now = time.time()
+    kmock.objects[PODS, "shop", "future"] = pod("future", "a", placed=4102444800.0)  # 2100
+    kmock.objects[PODS, "shop", "skewed"] = pod("skewed", "b", placed=now + 3)
+    client = await serve(watch_config(report, kubeconfig))
+    reservations = client.server.app[RESERVATIONS]
+    await wait_for(lambda: len(reservations) == 1, what="the pod list")
+    [(node, placements)] = reservations.active(time.time()).items()
+    assert node == "b" and all(p.at <= time.time() for p in placements.values())
+    assert await scores(client) == {"a": 8, "b": 7}

@@ -5,6 +5,7 @@ test_watch.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -15,10 +16,11 @@ import pytest
 
 from extender.app import STORE
 from extender.config import UNSCHEDULABLE_AND_UNRESOLVABLE, VerdictConfig
+from extender.policy import PolicySet
 from extender.verdict import NodeFacts, NodeTerms, PodFacts, Reason, decide, weighted_score
 from mco.labelselector import LabelSelector, Requirement
-from mco.policy import DEFAULT_POLICIES, WORKLOAD_CLASS_LABEL, Policy
-from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig, Violation
+from mco.policy import DEFAULT_POLICIES, MAX_POLICIES, WORKLOAD_CLASS_LABEL, Policy
+from reporter.schema import NodeEntry, NodeInterferenceReport, ReportConfig, Violation, encode
 from testkit import bodies
 from tests.extender.conftest import (
     cluster_report,
@@ -248,3 +250,47 @@ def test_reservation_counts_toward_max_level_and_the_score():
 )
 def test_weighted_score(level: float, weight: float, neutral: float, score: float) -> None:
     assert weighted_score(level, weight, neutral) == pytest.approx(score)
+
+
+def test_the_extender_refuses_policies_named_alike_or_too_many() -> None:
+    """Issue 27 item 2, the extender's own entry points: a policy set (its verdict tables are
+    keyed by policy name) and a report's config built in memory."""
+    a1 = Policy("x", LabelSelector(match_labels={"app": "a1"}), max_level=0.9)
+    a2 = Policy("x", LabelSelector(match_labels={"app": "a2"}), max_level=0.1)
+    with pytest.raises(ValueError, match="unique"):
+        PolicySet([a1, a2])
+    with pytest.raises(ValueError, match="unique"):
+        ReportConfig("30s", 50.0, [a1, a2])
+    many = [Policy(f"p{i}") for i in range(MAX_POLICIES + 1)]
+    with pytest.raises(ValueError, match=str(MAX_POLICIES)):
+        PolicySet(many)
+    with pytest.raises(ValueError, match=str(MAX_POLICIES)):
+        ReportConfig("30s", 50.0, many)
+    assert len(PolicySet(many[:MAX_POLICIES])) == MAX_POLICIES
+
+
+async def test_a_report_with_policies_named_alike_changes_no_verdict(serve, tmp_path):
+    """The issue's run: after a filter for an app=a1 pod, an app=a2 pod was rejected from a
+    0.2 node while /v1/explain said it passes. Such a report is refused whole (logged); the
+    config in force stays, and filter and explain agree."""
+    path = tmp_path / "report.json"
+    write_reports(path, [report(ReportConfig("30s", 50.0, POLICIES, 7), {"n": entry(0.2)})])
+    client = await serve(file_config(path))
+    store = client.server.app[STORE]
+    await wait_for(lambda: store.config is not None, what="the first report")
+    twins = [
+        {"name": "x", "podSelector": {"matchLabels": {"app": "a1"}}, "maxLevel": 0.1},
+        {"name": "x", "podSelector": {"matchLabels": {"app": "a2"}}, "maxLevel": 0.9},
+    ]
+    doc = json.loads(encode(report(ReportConfig("30s", 50.0, [], 8), {"n": entry(0.2)})))
+    doc["status"]["config"]["policies"] = twins
+    path.write_bytes(json.dumps(doc).encode())
+    os.utime(path, ns=(1, 10**9))
+    await asyncio.sleep(0.5)  # the file is polled every 50 ms: read and refused by now
+    assert store.config is not None and store.config.generation == 7
+    for app in ("a1", "a2"):
+        filtered = await kube_filter(client, {"app": app}, ["n"])
+        body = {"pod": {"metadata": {"labels": {"app": app}}}, "nodes": ["n"]}
+        raw = await client.post("/v1/explain", data=json.dumps(body), headers=JSON)
+        [explained] = json.loads(await raw.read())["nodes"]
+        assert filtered["NodeNames"] == ["n"] and explained["passed"] is True

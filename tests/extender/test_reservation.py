@@ -373,3 +373,17 @@ def test_placed_tasks_are_found_by_their_own_status_only() -> None:
     assert found.labels[WORKLOAD_CLASS_LABEL] == "heavy"
     pretty = json.dumps(json.loads(body), indent=1).encode()
     assert volcano.placed_tasks(pretty) == []
+
+
+def test_expiry_does_not_depend_on_insertion_order() -> None:
+    """Issue 27 item 3: a placement dated far ahead, inserted first, kept every later one from
+    expiring (expiry walked the placements in insertion order and stopped at the first)."""
+    r = Reservations(span=SPAN, keep_for=45.0)
+    r.place("future", Placement("a", 0.2, 4102444800.0, POD_WATCH))
+    r.place("relisted-late", Placement("b", 0.2, 990.0, POD_WATCH))
+    r.place("earlier", Placement("b", 0.2, 900.0, POD_WATCH))  # a re-list: older, later
+    for i in range(10):
+        r.place(f"p{i}", Placement("c", 0.1, 1000.0 + i, VOLCANO_VERBS))
+    assert set(r.active(1000.0)) == {"a", "b", "c"}
+    assert set(r.active(990.0 + 45.0 + 0.5)) == {"a", "c"} and len(r) == 11
+    assert set(r.active(1009.0 + 45.0 + 0.5)) == {"a"} and len(r) == 1

@@ -41,11 +41,32 @@ def _validator() -> Any:
 
 def validate_object(obj: Any) -> None:
     """Raise when ``obj`` would be rejected by the CRD's schema (JSON round trip first, as an
-    API server sees it)."""
+    API server sees it), ``x-kubernetes-list-type: map`` (unique keys) included."""
     data = json.loads(json.dumps(obj))
     error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
     if error is not None:
         raise error
+    _unique_map_keys(crd_schema(), data, "")
+
+
+def _unique_map_keys(schema: dict[str, Any], value: Any, path: str) -> None:
+    """What the API server adds to the schema for a list of type map: no two items with the
+    same ``x-kubernetes-list-map-keys``."""
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                _unique_map_keys(sub, item, f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        if schema.get("x-kubernetes-list-type") == "map":
+            keys = [tuple(i.get(k) for k in schema["x-kubernetes-list-map-keys"]) for i in value]
+            for i, key in enumerate(keys):
+                if key in keys[:i]:
+                    raise jsonschema.ValidationError(f"{path}[{i}]: Duplicate value: {key}")
+        for i, item in enumerate(value):
+            _unique_map_keys(schema["items"], item, f"{path}[{i}]")
 
 
 def write_kubeconfig(path: Path, url: str) -> Path:

@@ -69,6 +69,8 @@ async def once(*argv: str) -> int:
         (["--prometheus-url=http://x", "--taint-nodes", "--output=-"], "not with --output"),
         (["--prometheus-url=http://x", "--taint-nodes", "--taint-qps=0"], "--taint-qps"),
         (["--prometheus-url=http://x", "--taint-nodes", "--taint-resync=-1"], "--taint-resync"),
+        (["--prometheus-url=http://x", "--taint-nodes", "--taint-max-share=0"], "--taint-max-s"),
+        (["--prometheus-url=http://x", "--taint-nodes", "--taint-max-share=1.5"], "--taint-max-"),
     ],
 )
 async def test_bad_flags_exit_2_with_the_reason(argv, text, capsys) -> None:
@@ -153,7 +155,10 @@ async def test_taint_nodes_is_off_by_default_and_taints_once_on(kapi, tmp_path: 
         assert await once(f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}") == 0
         assert [r.method.value for r in kapi if r.resource == NODES] == ["POST"]
         argv = (f"--prometheus-url={prom.url}", f"--kubeconfig={kubeconfig}", "--taint-nodes")
+        # The only Node is all of the cluster: past the default --taint-max-share (0.5).
         assert await once(*argv) == 0
+        assert "spec" not in kapi.objects[NODES, None, "a"].raw
+        assert await once(*argv, "--taint-max-share=1") == 0
     taints = kapi.objects[NODES, None, "a"].raw["spec"]["taints"]
     assert taints == [TAINT]
 

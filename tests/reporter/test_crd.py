@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,11 +14,13 @@ import msgspec
 import pytest
 import yaml
 
+from mco.policy import MAX_POLICIES
 from mco.promql import UNREACHABLE, SourceError
 from reporter.crd import CRD_PATH, crd, render_crd
 from reporter.entries import EntryBuilder, Epsilon
 from reporter.layout import whole_objects
 from reporter.query import Kind, Plan
+from reporter.schema import decode_report
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from scripts.generate import ROOT
@@ -165,3 +168,32 @@ def test_validation_rejects_what_a_cluster_would_reject() -> None:
         mutate(bad)
         with pytest.raises(jsonschema.ValidationError):
             validate_object(bad)
+
+
+def _with_policies(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = copy.deepcopy(_objects(False, "cluster")[0])
+    obj["status"]["config"] = {"staleAfter": "30s", "neutralScore": 50.0, "policies": policies}
+    return obj
+
+
+def _policy(name: str, app: str) -> dict[str, Any]:
+    return {"name": name, "podSelector": {"matchLabels": {"app": app}}, "maxLevel": 0.1}
+
+
+def test_policy_names_are_unique_and_bounded_in_the_crd_and_the_decoder() -> None:
+    """Issue 27 item 2: two policies named alike gave wrong verdicts (the verdict tables are
+    keyed by name), and the report decoder and the CRD took 10,000 policies (rulegen: 16)."""
+    good = _with_policies([_policy("a1", "a1"), _policy("a2", "a2")])
+    validate_object(good)
+    decode_report(json.dumps(good).encode())
+    twins = _with_policies([_policy("x", "a1"), _policy("x", "a2")])
+    many = _with_policies([_policy(f"p{i}", f"a{i}") for i in range(MAX_POLICIES + 1)])
+    for bad, why in ((twins, "unique"), (many, str(MAX_POLICIES))):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_object(bad)
+        with pytest.raises(ValueError, match=why):
+            decode_report(json.dumps(bad).encode())
+    policies = crd_schema()["properties"]["status"]["properties"]["config"]["properties"]
+    assert policies["policies"]["x-kubernetes-list-type"] == "map"
+    assert policies["policies"]["x-kubernetes-list-map-keys"] == ["name"]
+    assert policies["policies"]["maxItems"] == MAX_POLICIES

@@ -30,11 +30,16 @@ def _suite(config: DetectionRuleConfig) -> dict[str, Any]:
     the reporter's query as the one expression to check at 90 s."""
     suite: dict[str, Any] = yaml.safe_load((SUITES / "pods.test.yaml").read_text())
     test = suite["tests"][0]
-    for uid, namespace, pod in (("vic", "shop", "cart-0"), ("agg", "batch", "etl-1")):
+    # The pods' controllers as kube-state-metrics labels them: what workload profiles key on.
+    for uid, namespace, pod, kind, owner in (
+        ("vic", "shop", "cart-0", "StatefulSet", "cart"),
+        ("agg", "batch", "etl-1", "ReplicaSet", "etl-5d8f7b9c4"),
+    ):
         test["input_series"].append(
             {
                 "series": f'kube_pod_info{{job="kube-state-metrics",uid="{uid}",'
-                f'namespace="{namespace}",pod="{pod}",node="cross",host_ip="10.0.0.1"}}',
+                f'namespace="{namespace}",pod="{pod}",node="cross",host_ip="10.0.0.1",'
+                f'created_by_kind="{kind}",created_by_name="{owner}"}}',
                 "values": "1+0x120",
             }
         )
@@ -85,6 +90,12 @@ def _suite(config: DetectionRuleConfig) -> dict[str, Any]:
     return suite
 
 
+OWNERS = {
+    "cart-0": {"created_by_kind": "StatefulSet", "created_by_name": "cart"},
+    "etl-1": {"created_by_kind": "ReplicaSet", "created_by_name": "etl-5d8f7b9c4"},
+}
+
+
 def _exp(
     role: str,
     resource: str,
@@ -100,6 +111,7 @@ def _exp(
         labels["kind"] = "some"
     if namespace:
         labels |= {"namespace": namespace, "pod": pod}
+        labels |= OWNERS[pod]
     elif role == "victims":
         labels["__name__"] = "node_pod:mco_pressure_ratio:smoothed"
     text = ",".join(f'{k}="{v}"' for k, v in labels.items() if k != "__name__")

@@ -85,6 +85,29 @@ def test_an_unusable_sample_time_never_wins_the_merge(bad: float) -> None:
         assert merged.snapshot.vectors["n"][PLAN.time_slot] == T0 - 20
 
 
+def test_a_shard_whose_clock_runs_ahead_never_wins_the_merge() -> None:
+    """Issue 27: a shard 30 s fast (inside the tracker's clock-skew allowance) decided the
+    nodes it shared with an honest one. A time ahead of the reporter's own evaluation time
+    cannot come from an honest engine, so it loses to any time that is not; alone, it is
+    still the node's only answer (the tracker judges it)."""
+    level = next(i for i, s in enumerate(PLAN.slots) if s.kind is Kind.LEVEL)
+    honest = snapshot(PLAN, {"n": node(0.2)}, T0, {"n": T0 - 15})
+    fast = snapshot(PLAN, {"n": node(0.99), "m": node(0.5)}, T0, {"n": T0 + 30, "m": T0 + 30})
+    for order in ([("h", honest), ("f", fast)], [("f", fast), ("h", honest)]):
+        merged = merge(PLAN, order, {})
+        assert merged.snapshot is not None
+        assert merged.snapshot.vectors["n"][level] == 0.2
+        assert merged.snapshot.vectors["n"][PLAN.time_slot] == T0 - 15
+        assert merged.snapshot.vectors["m"][level] == 0.5  # only the fast shard knows m
+        assert merged.nodes == {"h": 1, "f": 1}
+    # Two shards both ahead: the one nearer the reporter's clock.
+    faster = snapshot(PLAN, {"n": node(0.7)}, T0, {"n": T0 + 50})
+    for order in ([("f", fast), ("x", faster)], [("x", faster), ("f", fast)]):
+        merged = merge(PLAN, order, {})
+        assert merged.snapshot is not None
+        assert merged.snapshot.vectors["n"][level] == 0.99
+
+
 def test_a_failed_shard_ages_only_its_own_nodes_and_never_drops_them() -> None:
     t = tracker()
     down = {"http://b:9090": SourceError(UNREACHABLE, "cannot reach http://b:9090: refused")}

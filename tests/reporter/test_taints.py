@@ -68,6 +68,7 @@ class Rig:
         self.clock = Clock()
         self.metrics = ReporterMetrics()
         self.api = NodeApi(api_client, timeout=2)
+        kwargs.setdefault("max_share", 1.0)  # the share cap has tests of its own
         self.tainter = NodeTainter(self.api, self.metrics, clock=self.clock, **kwargs)
         self.t = T0
 
@@ -306,6 +307,92 @@ async def test_the_rate_limit_spreads_a_fleet_wide_change(
     assert rig.tainter.tainted == set(names) - {"n00", "n01"}
     # Every change once, never a storm: 6 added, 2 removed, then the 6 that waited.
     assert len(node_patches(kapi)) == 6 + 2 + 6
+
+
+async def test_conflict_retries_spend_tokens_too(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    """Issue 27: with every Node PATCH answering 409, 16 patches and 15 reads went out in 2 s
+    at qps 2, burst 2 (the limit allows 6): each retry's read and patch spends a token."""
+    kapi = nodes_served
+    names = [f"n{i}" for i in range(8)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, qps=2.0, burst=2)
+    kapi.fail("update", 409, times=10_000)
+    hot = {n: node(True) for n in names}
+    pending = []
+    for _ in range(3):  # at 1 s, 2 s and 3 s of the clock: 2 tokens, then 2 a second
+        result = await rig.cycle(hot)
+        pending.append(result.pending)
+        assert not result.added and not result.errors
+    one_by_one = [r for r in kapi if r.resource == NODES and r.name is not None]
+    # 6 requests in those 2 s, each a conflict's patch or the fresh read after it.
+    assert [(r.method.value, r.name) for r in one_by_one] == [("PATCH", "n0"), ("GET", "n0")] * 3
+    # Every node the bucket held back waits for a later cycle, none is dropped or failed.
+    assert pending == [8, 8, 8]
+    # The conflicts count across cycles: n0's fourth fails it, and n1 gets its turn.
+    result = await rig.cycle(hot)
+    assert result.errors == ["conflict"] and result.pending == 7
+    assert rig.metric("mco_reporter_taint_errors_total", kind="conflict") == 1
+    one_by_one = [r for r in kapi if r.resource == NODES and r.name is not None]
+    assert [(r.method.value, r.name) for r in one_by_one[6:]] == [("PATCH", "n0"), ("PATCH", "n1")]
+    # Once the conflicts stop, the same pace brings every node its taint.
+    kapi._faults.clear()
+    for _ in range(10):
+        await rig.cycle(hot)
+    assert rig.tainter.tainted == set(names)
+
+
+async def test_the_share_of_nodes_tainted_at_once_is_bounded(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient, caplog
+) -> None:
+    """Issue 27: with every node violating, every node was tainted NoSchedule at once, which
+    stops every pod without the toleration. At most ``max_share`` of the Nodes carry the taint:
+    those already tainted keep it, then the highest levels; the rest are held back (counted,
+    logged once) and left to the extender's judgement."""
+    kapi = nodes_served
+    names = [f"n{i}" for i in range(10)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, max_share=0.5)
+
+    def hot(level: float, violated: bool = True) -> dict[tuple[Kind, str], float]:
+        values = node(violated)
+        values[(Kind.LEVEL, "")] = level
+        return values
+
+    fleet = {n: hot(0.1 * i) for i, n in enumerate(names)}  # n9 the worst
+    with caplog.at_level("WARNING", logger="mco.reporter.taints"):
+        result = await rig.cycle(fleet)
+        await rig.cycle(fleet)
+    assert sorted(result.added) == ["n5", "n6", "n7", "n8", "n9"]
+    assert sorted(result.held_back) == ["n0", "n1", "n2", "n3", "n4"]
+    assert sorted(n for n in names if TAINT in taints_of(kapi, n)) == sorted(result.added)
+    assert rig.metric("mco_reporter_taint_held_back_nodes") == 5
+    assert rig.metric("mco_reporter_tainted_nodes") == 5
+    held = [r for r in caplog.records if r.getMessage() == "taint share reached"]
+    assert len(held) == 1, "logged when the cap starts holding nodes back, not every cycle"
+    # A tainted node whose constraint clears frees a place: the next worst takes it, and a
+    # higher level elsewhere does not take a place from a node already tainted.
+    fleet = dict(fleet, n9=hot(0.9, violated=False), n0=hot(0.95))
+    for _ in range(2):
+        result = await rig.cycle(fleet)
+    assert rig.tainter.tainted == {"n0", "n5", "n6", "n7", "n8"}
+    # Once fewer nodes violate than the cap, nothing is held back.
+    calm = {n: hot(0.1, violated=n in {"n5", "n6"}) for n in names}
+    for _ in range(2):
+        result = await rig.cycle(calm)
+    assert rig.tainter.tainted == {"n5", "n6"} and result.held_back == []
+    assert rig.metric("mco_reporter_taint_held_back_nodes") == 0
+
+
+async def test_a_share_of_one_taints_every_violating_node(
+    nodes_served: VersionedKubernetes, api_client: client.ApiClient
+) -> None:
+    names = [f"n{i}" for i in range(4)]
+    await add_nodes(api_client, {n: [] for n in names})
+    rig = Rig(api_client, max_share=1.0)
+    await rig.cycle({n: node(True) for n in names})
+    assert rig.tainter.tainted == set(names)
 
 
 async def test_an_unreachable_api_stops_the_round_and_backs_off(

@@ -91,7 +91,7 @@ async def test_taint_follows_prometheus_held_flag(
                     epsilon=Epsilon(),
                     metrics=m,
                     sink=KubeSink(ReportApi(api_client), LayoutChooser("cluster", 1 << 20)),
-                    tainter=NodeTainter(NodeApi(api_client), m),
+                    tainter=NodeTainter(NodeApi(api_client), m, max_share=1.0),  # one Node
                 )
 
                 async def run_for(seconds: float) -> None:

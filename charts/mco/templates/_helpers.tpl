@@ -412,3 +412,21 @@ report, the verdict tables and one decode (docs/extender.md, "All bodies togethe
 {{- printf "%s:v%d.%d.%d" $img.repository $v.Major $v.Minor $v.Patch -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The MutatingAdmissionPolicy API to write scheduler.tierAffinity in: admissionregistration.k8s.io
+v1 (GA and served by default from Kubernetes 1.36), else v1beta1 (1.34-1.35, with the
+MutatingAdmissionPolicy feature gate and --runtime-config). Offline (`helm template`, no
+kind-qualified entries) v1; against a cluster that serves neither, a failed render naming the
+value that turns it off. */}}
+{{- define "mco.mutatingPolicyAPI" -}}
+{{- $caps := .Capabilities.APIVersions -}}
+{{- if $caps.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+admissionregistration.k8s.io/v1
+{{- else if $caps.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" -}}
+admissionregistration.k8s.io/v1beta1
+{{- else if $caps.Has "v1/Namespace" -}}
+{{- fail "scheduler.tierAffinity.enabled: the cluster serves no MutatingAdmissionPolicy API (admissionregistration.k8s.io/v1 from Kubernetes 1.36, v1beta1 on 1.34-1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config=admissionregistration.k8s.io/v1beta1=true). Set it to false and add the preferred node affinity to the pods' templates yourself (docs/helm.md, \"Scoring without the extender\")" -}}
+{{- else -}}
+admissionregistration.k8s.io/v1
+{{- end -}}
+{{- end -}}
