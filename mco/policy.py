@@ -75,15 +75,23 @@ def _class(value: str) -> LabelSelector:
 
 
 # The shipped list, first match wins; the last one, without a selector, is today's behaviour.
+# Dynamic segregation is on (docs/benchmarks.md, "placement", seed 13 of the tuning seeds):
+# batch, best-effort and unlabelled pods are filtered off nodes running latency-sensitive pods
+# while other nodes remain (avoidFilter, with the least-interfered fallback), and online pods
+# gather where online pods run (GATHER_PER_POD).
+GATHER_PER_POD: Final = 0.1
 DEFAULT_POLICIES: Final[tuple[Policy, ...]] = (
     Policy("latency-sensitive", _class("latency-sensitive"), max_level=0.3,
-           reservation_per_pod=0.02),
+           reservation_per_pod=0.02, gather_per_pod=GATHER_PER_POD),
     Policy("batch", _class("batch"), hard_constraints="Ignore", score_weight=0.5,
            reservation_per_pod=BATCH_RESERVATION, avoid_policies=("latency-sensitive",),
-           avoid_per_pod=AVOID_PER_POD, triggered_level=BATCH_TRIGGERED_LEVEL),
+           avoid_per_pod=AVOID_PER_POD, triggered_level=BATCH_TRIGGERED_LEVEL,
+           avoid_filter=True),
     Policy("best-effort", _class("best-effort"), score_weight=0.0, reservation_per_pod=0.02,
-           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD),
-    Policy("default"),
+           avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
+           avoid_filter=True),
+    Policy("default", avoid_policies=("latency-sensitive",), avoid_per_pod=AVOID_PER_POD,
+           avoid_filter=True),
 )  # fmt: skip
 
 # What a pod gets when no policy of the list matches it (a list without a catch-all): today's

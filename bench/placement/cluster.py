@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.placement.model import NODE_CPU, NODE_MEMORY, Demand, Signals, signals
+from bench.placement.model import (
+    FAST_DISK,
+    LARGE_CACHE,
+    NODE_CPU,
+    NODE_MEMORY,
+    STANDARD,
+    Demand,
+    NodeKind,
+    Signals,
+    signals,
+)
 from bench.placement.trace import PodSpec
 
 
@@ -23,6 +34,7 @@ class Node:
     running: dict[str, PodSpec] = field(default_factory=dict)  # started: part of the load
     quiet: set[str] = field(default_factory=set)  # running pods in a quiet phase
     generation: int = 0  # moves whenever a pod is placed, starts or ends here
+    kind: NodeKind = STANDARD  # its LLC and disk (``mixed-nodes``: two types)
 
     def fits(self, pod: PodSpec) -> bool:
         return (
@@ -37,7 +49,7 @@ class Node:
         return (cpu + memory) / 2
 
     def signals(self) -> Signals:
-        return signals(demands(self))
+        return signals(demands(self), kind=self.kind)
 
 
 @dataclass
@@ -49,10 +61,24 @@ class Placement:
     ends_at: float
 
 
+def node_kinds(scenario: str, size: int) -> list[NodeKind]:
+    """The type of each node: ``mixed-nodes`` alternates a large-LLC type and a fast-disk one
+    (model.py), so every share of the cluster holds both; every other scenario one type."""
+    if scenario == "mixed-nodes":
+        return [LARGE_CACHE if i % 2 == 0 else FAST_DISK for i in range(size)]
+    return [STANDARD] * size
+
+
 class Cluster:
-    def __init__(self, name: str, prefix: str, size: int) -> None:
+    def __init__(
+        self, name: str, prefix: str, size: int, kinds: Sequence[NodeKind] | None = None
+    ) -> None:
         self.name = name
-        self.nodes = {n: Node(n) for n in (f"{prefix}-{i:04d}" for i in range(size))}
+        kinds = kinds or [STANDARD] * size
+        self.nodes = {
+            n: Node(n, kind=kinds[i])
+            for i, n in enumerate(f"{prefix}-{i:04d}" for i in range(size))
+        }
         self.pending: list[PodSpec] = []
         self.placements: dict[str, Placement] = {}
         self.attempts = 0

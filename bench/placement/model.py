@@ -100,6 +100,27 @@ def default_model() -> Model:
 
 
 @dataclass(frozen=True)
+class NodeKind:
+    """A node type (docs/placement-model.md, "Node types"): its LLC and how fast its disk is
+    against the disk the I/O curves were measured on (``disk_speed`` 4: one writer there loads
+    it as a quarter writer loads the measured one)."""
+
+    name: str
+    llc_mb: float = LLC_MB
+    disk_speed: float = 1.0
+
+
+STANDARD = NodeKind("standard")
+# ``mixed-nodes``: two node types, each better at one resource. 16 cores' share of each CPU's
+# L3: Xeon Platinum 8280, 38.5 MB for 28 cores (1.375 MB a core, Intel ARK) -> 22 MB; EPYC 7002
+# (Rome), 16 MB per 4-core CCX (4 MB a core, AMD) -> 64 MB. Disks: AWS EBS gp3 gives 125 MiB/s
+# at baseline and up to 1,000 MiB/s provisioned (AWS EBS volume types); the fast type's disk is
+# provisioned at 500 MiB/s, 4x the baseline taken as the measured disk.
+LARGE_CACHE = NodeKind("large-llc", llc_mb=64.0, disk_speed=1.0)
+FAST_DISK = NodeKind("fast-disk", llc_mb=22.0, disk_speed=4.0)
+
+
+@dataclass(frozen=True)
 class Demand:
     """What one running pod adds to its node."""
 
@@ -139,9 +160,13 @@ def working_set_ratio(demands: Sequence[Demand], memory_gib: float = NODE_MEMORY
     return wanted / left
 
 
-def signals(demands: Sequence[Demand], model: Model | None = None) -> Signals:
+def signals(
+    demands: Sequence[Demand], model: Model | None = None, kind: NodeKind = STANDARD
+) -> Signals:
     m = model or default_model()
-    io = sum(d.io for d in demands)
+    # A disk ``disk_speed`` times as fast is as busy with this demand as the measured one with
+    # demand / disk_speed (utilisation is demand over capacity).
+    io = sum(d.io for d in demands) / kind.disk_speed
     ws = working_set_ratio(demands)
     return Signals(
         psi_io_some=m.psi_io_some(io),
@@ -149,7 +174,7 @@ def signals(demands: Sequence[Demand], model: Model | None = None) -> Signals:
         block_latency_seconds=m.block_latency(io),
         psi_memory_some=m.psi_memory_some(ws),
         psi_memory_full=m.psi_memory_full(ws),
-        llc_miss_ratio=llc_miss_ratio(sum(d.cache_mb for d in demands)),
+        llc_miss_ratio=llc_miss_ratio(sum(d.cache_mb for d in demands), kind.llc_mb),
         memory_available_ratio=max(0.0, 1 - min(1.0, sum(d.memory for d in demands) / NODE_MEMORY)),
     )
 

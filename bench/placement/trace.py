@@ -85,7 +85,8 @@ class TraceShape:
     burst_every: float = 60.0
 
 
-SCENARIOS = ("labelled", "unlabelled", "phases", "churn")
+# ``mixed-nodes`` is the labelled trace on two node types (``cluster.node_kinds``).
+SCENARIOS = ("labelled", "unlabelled", "phases", "churn", "mixed-nodes")
 # The resource an aggressor profile loads most: what an online pod of that profile (the
 # ``unlabelled`` scenario's online aggressors) is itself sensitive to.
 LOADS = {"io-heavy": "io", "cache-heavy": "cache", "memory-heavy": "memory"}
@@ -103,7 +104,7 @@ def generate(shape: TraceShape, seed: int, scenario: str = "labelled") -> list[P
     """The trace of ``scenario`` (``SCENARIOS``): ``labelled`` as ``base`` makes it; the others
     are the same pods changed by a generator of their own, so a seed's arrivals match."""
     pods = base(shape, seed)
-    if scenario == "labelled":
+    if scenario in ("labelled", "mixed-nodes"):
         return pods
     if scenario == "unlabelled":
         return unlabelled(pods, random.Random(f"unlabelled-{seed}"))

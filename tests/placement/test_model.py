@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from bench.placement import model
+from bench.placement.cluster import Cluster, node_kinds
 from bench.placement.model import (
+    FAST_DISK,
+    LARGE_CACHE,
+    STANDARD,
     Demand,
     Model,
     Signals,
@@ -19,6 +23,7 @@ from bench.placement.model import (
     signals,
     working_set_ratio,
 )
+from bench.placement.trace import BATCH_PROFILES
 
 DATA = json.loads(model.MEASURED.read_text())
 IO = DATA["io"]
@@ -163,3 +168,21 @@ def test_stall_slowdown_and_cap() -> None:
     with pytest.raises(ValueError, match="unknown"):
         inflation("gpu", _signals())
     assert not math.isnan(inflation("memory", signals([])))
+
+
+def test_node_kinds_change_the_llc_and_the_disk_as_their_sources_say() -> None:
+    """``mixed-nodes``: the large-LLC type (64 MB) holds two cache-heavy pods' 40 MB that the
+    fast-disk type's 22 MB does not; the fast disk (4x) is as busy with four writers as the
+    measured one with one."""
+    cache = [BATCH_PROFILES["cache-heavy"]] * 2
+    large, small = signals(cache, kind=LARGE_CACHE), signals(cache, kind=FAST_DISK)
+    assert large.llc_miss_ratio == model.LLC_BASE_MISS
+    assert small.llc_miss_ratio == pytest.approx(0.1 + 0.9 * (1 - 22.0 / 40.0))
+    assert inflation("cache", large) == 1.0 < 1.2 < inflation("cache", small)
+    one, four = Demand(io=1.0), [Demand(io=1.0)] * 4
+    assert signals(four, kind=FAST_DISK).psi_io_some == signals([one]).psi_io_some
+    assert signals([one], kind=LARGE_CACHE) == signals([one], kind=STANDARD)
+    assert node_kinds("mixed-nodes", 4) == [LARGE_CACHE, FAST_DISK, LARGE_CACHE, FAST_DISK]
+    assert set(node_kinds("labelled", 3)) == {STANDARD}
+    c = Cluster("c", "n", 2, node_kinds("mixed-nodes", 2))
+    assert [n.kind for n in c.nodes.values()] == [LARGE_CACHE, FAST_DISK]

@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("scenario", ["labelled", "unlabelled", "phases", "churn"])
+@pytest.mark.parametrize("scenario", ["labelled", "unlabelled", "phases", "churn", "mixed-nodes"])
 def test_smoke_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str) -> None:
     out = tmp_path / "results.json"
     flags = ["--nodes", "3", "--duration", "25", "--burst-every", "10", "--seed", "5", "--quick"]
