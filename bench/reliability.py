@@ -805,6 +805,200 @@ def exporter_cgroup_children(run: Run) -> Outcome:
     )
 
 
+# --- issue 27: the extender's new surfaces and --web.config.file ------------------------------
+
+
+def extender_decision_names(run: Run) -> Outcome:
+    """Pod names of 8 MiB (refused: Kubernetes allows 253) and 16 node names of 1 MiB per call
+    (cut to 253 in the decisions ring): RSS took 109 -> 331 MiB and stayed."""
+    pods, calls = run.scale(12, 3), run.scale(5, 2)
+    with extender(run, "decision-names") as (proc, url):
+        predicate_ok(url)
+        before = rss(proc.pid)
+        refused = []
+        for i in range(pods):
+            pod = {"metadata": {"name": f"{i}-".ljust(8 * MIB, "p"), "namespace": "ns"}}
+            body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": NODES[:3]})
+            refused.append(requests.post(f"{url}/scheduler/filter", data=body, timeout=60))
+        for i in range(calls):
+            pod = {"metadata": {"name": f"pod-{i}", "namespace": "ns"}}
+            names = [f"{i}-{n}-".ljust(MIB, "x") for n in range(16)]
+            body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+            requests.post(f"{url}/scheduler/filter", data=body, timeout=60).raise_for_status()
+        time.sleep(0.5)
+        kept = requests.get(f"{url}/v1/decisions", params={"pod": "ns/pod-0"}, timeout=10).json()
+        longest = max(len(n["node"]) for d in kept["decisions"] for n in d["listed"])
+        grown = rss(proc.pid) - before
+    statuses = sorted({r.status_code for r in refused})
+    return Outcome(
+        statuses == [400] and longest <= 253 and grown < 64 * MIB,
+        f"{pods} 8 MiB pod names answered {statuses} (want [400]); {calls} calls with 16 node "
+        f"names of 1 MiB: listed names cut to {longest}; RSS +{grown / MIB:.0f} MiB (bound 64)",
+    )
+
+
+def extender_policy_twins(run: Run) -> Outcome:
+    """Two policies named alike in status.config (tables are keyed by name) and 10,000 of them:
+    the report is refused, and filter and /v1/explain agree for pods of both."""
+    report = run.workdir / "twins.report.json"
+    write_report(report, NODES, policies=2)
+    agree, refused = [], False
+    with extender(run, "twins") as (proc, url):
+        doc = json.loads(report.read_bytes())
+        doc["status"]["config"]["policies"] = [
+            {"name": "x", "podSelector": {"matchLabels": {"app": "a1"}}, "maxLevel": 0.1},
+            {"name": "x", "podSelector": {"matchLabels": {"app": "a2"}}, "maxLevel": 0.9},
+        ]
+        report.write_text(json.dumps(doc))
+        wait_until(lambda: "report file rejected" in proc.log_tail(50), timeout=10)
+        for app in ("a1", "a2", "a1", "a2"):
+            body = bodies.kube_args([NODES[2]], labels={"app": app})
+            answer = requests.post(f"{url}/scheduler/filter", data=body, timeout=10).json()
+            ask = {"pod": {"metadata": {"labels": {"app": app}}}, "nodes": [NODES[2]]}
+            explained = requests.post(f"{url}/v1/explain", json=ask, timeout=10).json()
+            agree.append(bool(answer["NodeNames"]) == explained["nodes"][0]["passed"])
+        refused = "unique" in proc.log_tail(50)
+    return Outcome(
+        all(agree) and refused,
+        f"{len(agree)} filter/explain pairs agreed: {all(agree)}; the report with twin "
+        f"policy names was refused with a log line: {refused}",
+    )
+
+
+def extender_nodes_starvation(run: Run) -> Outcome:
+    """One client looping GET /v1/nodes at 5,000 nodes and 16 policies held filter calls
+    1.2-4.1 s against the schedulers' 1 s timeout."""
+    names = [f"node-{i:04d}" for i in range(run.scale(5000, 1000))]
+    write_report(run.workdir / "starve.report.json", names, policies=16)
+    stop, reads, took = threading.Event(), [0], []
+    with extender(run, "starve") as (_proc, url):
+
+        def loop() -> None:
+            with requests.Session() as session:
+                while not stop.is_set():
+                    session.get(f"{url}/v1/nodes", timeout=60).raise_for_status()
+                    reads[0] += 1
+
+        reader = threading.Thread(target=loop)
+        reader.start()
+        try:
+            body = bodies.kube_args(names[:100], labels={"app": "p3"})
+            for _ in range(run.scale(100, 20)):
+                start = time.perf_counter()
+                requests.post(f"{url}/scheduler/filter", data=body, timeout=10).raise_for_status()
+                took.append(time.perf_counter() - start)
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            reader.join()
+    worst = max(took)
+    return Outcome(
+        worst < 0.5 and reads[0] > 0,
+        f"{len(took)} filter calls while {reads[0]} /v1/nodes of {len(names)} nodes were read: "
+        f"worst {worst * 1e3:.0f} ms (bound 500, half the schedulers' timeout)",
+    )
+
+
+def _tls_web_config(run: Run, **extra: object) -> tuple[Path, str, tuple[str, str]]:
+    """Certificates and a web config asking for (not requiring) client certificates."""
+    import trustme  # a dev dependency, as `make reliability` runs from the dev venv
+
+    ca = trustme.CA()
+    for name, cert in (("server", ca.issue_cert("127.0.0.1")), ("client", ca.issue_cert("s"))):
+        cert.cert_chain_pems[0].write_to_path(str(run.workdir / f"{name}.crt"))
+        cert.private_key_pem.write_to_path(str(run.workdir / f"{name}.key"))
+    ca.cert_pem.write_to_path(str(run.workdir / "ca.crt"))
+    tls = {"cert_file": "server.crt", "key_file": "server.key", "client_ca_file": "ca.crt",
+           "client_auth_type": "VerifyClientCertIfGiven"}  # fmt: skip
+    config = run.workdir / "web.yml"
+    config.write_text(json.dumps({"tls_server_config": tls, **extra}))
+    client = (str(run.workdir / "client.crt"), str(run.workdir / "client.key"))
+    return config, str(run.workdir / "ca.crt"), client
+
+
+def extender_unauthenticated_allocate(run: Run) -> Outcome:
+    """25 allocate calls from anyone who reached the port left no node a latency-sensitive pod
+    could pass; with --scheduler-auth=client-cert they get 403 and /metrics stays open."""
+    config, ca, client = _tls_web_config(run)
+    report = run.workdir / "auth.report.json"
+    write_report(report, NODES)
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    proc = Managed(
+        [sys.executable, "-m", "extender", f"--web.listen-address=127.0.0.1:{port}",
+         f"--report-file={report}", "--stale-after=24h", "--log.level=warn",
+         f"--web.config.file={config}", "--scheduler-auth=client-cert"],
+        name="mco-extender", log_path=run.workdir / "auth.extender.log",
+    )  # fmt: skip
+    with proc:
+        proc.wait_http(f"{url}/readyz", verify=ca)
+        calls = run.scale(25, 5)
+        denied = [
+            requests.post(f"{url}/volcano/allocate", data=b"{}", verify=ca, timeout=10).status_code
+            for _ in range(calls)
+        ]
+        scraped = requests.get(f"{url}/metrics", verify=ca, timeout=10).status_code
+        allowed = requests.post(
+            f"{url}/scheduler/filter", data=bodies.kube_args(NODES[:3]), verify=ca, cert=client,
+            timeout=10,
+        ).status_code  # fmt: skip
+    return Outcome(
+        set(denied) == {403} and scraped == 200 and allowed == 200,
+        f"{calls} allocate calls without a client certificate: {sorted(set(denied))} (want "
+        f"403); /metrics without one: {scraped}; filter with the scheduler's: {allowed}",
+    )
+
+
+def web_basic_auth_guessing(run: Run) -> Outcome:
+    """8 clients guessing wrong passwords against a cost-12 hash held right-password scrapes
+    2-3 s (one lock across every bcrypt check); a cost-31 hash was accepted."""
+    import bcrypt
+
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=12)).decode()
+    config = run.workdir / "auth.yml"
+    config.write_text(json.dumps({"basic_auth_users": {"prometheus": hashed}}))
+    dear = run.workdir / "dear.yml"
+    dear.write_text(json.dumps({"basic_auth_users": {"p": hashed[:4] + "31" + hashed[6:]}}))
+    start = time.perf_counter()
+    refused = subprocess.run(
+        [sys.executable, "-m", "extender", f"--web.config.file={dear}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    refused_in = time.perf_counter() - start
+    stop, guesses, took = threading.Event(), [0], []
+    with extender(run, "guessing", f"--web.config.file={config}") as (_proc, url):
+        requests.get(f"{url}/metrics", auth=("prometheus", "right"), timeout=30).raise_for_status()
+
+        def guess(i: int) -> None:
+            with requests.Session() as session:
+                while not stop.is_set():
+                    session.get(f"{url}/metrics", auth=("prometheus", f"no-{i}-{guesses[0]}"),
+                                timeout=30)  # fmt: skip
+                    guesses[0] += 1
+
+        guessers = [threading.Thread(target=guess, args=(i,)) for i in range(8)]
+        for t in guessers:
+            t.start()
+        try:
+            for _ in range(run.scale(30, 10)):
+                start = time.perf_counter()
+                ok = requests.get(f"{url}/metrics", auth=("prometheus", "right"), timeout=30)
+                took.append(time.perf_counter() - start)
+                ok.raise_for_status()
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in guessers:
+                t.join()
+    worst = max(took)
+    return Outcome(
+        worst < 0.5 and refused.returncode == 2 and "cost 31" in refused.stderr,
+        f"{len(took)} right-password scrapes while 8 clients sent {guesses[0]} wrong ones: "
+        f"worst {worst * 1e3:.0f} ms (bound 500); a cost-31 hash: exit {refused.returncode} "
+        f"in {refused_in:.1f} s ({refused.stderr.strip()[-120:]!r})",
+    )
+
+
 ATTACKS: dict[str, Attack] = {
     "extender-declared-length": extender_declared_length,
     "extender-slowloris": extender_slowloris,
@@ -820,6 +1014,11 @@ ATTACKS: dict[str, Attack] = {
     "exporter-hostile-tree": exporter_hostile_tree,
     "exporter-connection-burst": exporter_connection_burst,
     "exporter-cgroup-children": exporter_cgroup_children,
+    "extender-decision-names": extender_decision_names,
+    "extender-policy-twins": extender_policy_twins,
+    "extender-nodes-starvation": extender_nodes_starvation,
+    "extender-unauthenticated-allocate": extender_unauthenticated_allocate,
+    "web-basic-auth-guessing": web_basic_auth_guessing,
 }
 
 

@@ -219,6 +219,32 @@ async def _nodes(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def _open(handler: Handler) -> Handler:
+    return handler
+
+
+_NO_CERT = _encode(
+    {"error": "the scheduler routes need a client certificate (--scheduler-auth=client-cert)"}
+)
+
+
+def _client_cert_required(handler: Handler) -> Handler:
+    """``--scheduler-auth=client-cert``: the route answers only a connection whose client
+    certificate the TLS layer verified against ``client_ca_file`` (kube-scheduler's
+    ``tlsConfig.certFile``); others get 403, before their body is read. ``/metrics``, the
+    probes and ``/v1/*`` are not wrapped: a scraper needs no certificate."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        if transport is None or not transport.get_extra_info("peercert"):
+            response = web.Response(status=403, body=_NO_CERT, content_type=_JSON)
+            response.force_close()  # the body stays unread
+            return response
+        return await handler(request)
+
+    return guarded
+
+
 def _source_ended(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("the report source stopped", exc_info=exc)
@@ -311,15 +337,19 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     vc = _volcano_routes(placements)
     ring = app[DECISIONS] = decisions.Decisions(max_bytes=config.decisions_memory)
 
+    guard = _client_cert_required if config.scheduler_auth == "client-cert" else _open
+
     def route(name: str, answer: Answer) -> Handler:
-        return _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
+        return guard(
+            _scheduler_route(name, answer, judge, config.max_body_bytes, budget, metrics, ring)
+        )
 
     app.router.add_post("/volcano/predicate", route("volcano_predicate", vc["predicate"]))
     app.router.add_post("/volcano/prioritize", route("volcano_prioritize", vc["prioritize"]))
     app.router.add_post("/volcano/allocate", route("volcano_allocate", vc["allocate"]))
     app.router.add_post("/volcano/deallocate", route("volcano_deallocate", vc["deallocate"]))
-    app.router.add_post("/volcano/onSessionOpen", _session_hook)
-    app.router.add_post("/volcano/onSessionClose", _session_hook)
+    app.router.add_post("/volcano/onSessionOpen", guard(_session_hook))
+    app.router.add_post("/volcano/onSessionClose", guard(_session_hook))
     app.router.add_post("/scheduler/filter", route("scheduler_filter", _kube_filter))
     app.router.add_post("/scheduler/prioritize", route("scheduler_prioritize", _kube_prioritize))
     app.router.add_get("/healthz", _healthz)

@@ -24,6 +24,7 @@ from extender.config import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_BODY_MEMORY,
     DEFAULT_RESERVATION_SPAN,
+    SCHEDULER_AUTH,
     VOLCANO_PLACEMENTS,
     ExtenderConfig,
     ExtenderSettings,
@@ -166,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes the ring of recent decisions (/v1/decisions) may hold; the least recently "
         "decided pods go first (default 32MiB, per process)",
     )
+    server.add_argument(
+        "--scheduler-auth",
+        choices=SCHEDULER_AUTH,
+        default=None,  # none
+        help="who may call the scheduler routes (/scheduler/*, /volcano/*): anyone who reaches "
+        "the port (none, the default) or clients with a certificate the web config's "
+        "client_ca_file verifies (client-cert: needs tls_server_config with client_ca_file and "
+        "client_auth_type VerifyClientCertIfGiven, so /metrics and the probes need none)",
+    )
     add_web_flags(
         server,
         default_listen=DEFAULT_LISTEN,
@@ -206,14 +216,23 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         max_body_memory=args.max_body_memory,
         decisions_memory=args.decisions_memory,
         profile_weight=args.profile_weight,
+        scheduler_auth=args.scheduler_auth or "none",
     )
 
 
 def settings_from_args(args: argparse.Namespace) -> ExtenderSettings:
     if args.workers < 1:
         raise ValueError("--workers must be at least 1")
+    web_ = web_settings(args)
+    if args.scheduler_auth == "client-cert":
+        tls = web_.config.tls
+        if tls is None or not tls.client_ca_file:
+            raise ValueError(
+                "--scheduler-auth=client-cert needs --web.config.file with tls_server_config "
+                "client_ca_file (and client_auth_type VerifyClientCertIfGiven)"
+            )
     return ExtenderSettings(
-        web=web_settings(args),
+        web=web_,
         config=config_from_args(args),
         workers=args.workers,
         reuse_port=args.reuse_port,

@@ -19,6 +19,7 @@ DEFAULT_MAX_BODY_MEMORY = 128 << 20
 # The decisions ring (/v1/decisions): 512 pods x 8 decisions x 16 nodes hold ~21 MiB with usual
 # names, ~48 MiB with the longest; this bound keeps the worst case in the chart's 512Mi too.
 DEFAULT_DECISIONS_MEMORY = 32 << 20
+SCHEDULER_AUTH = ("none", "client-cert")
 KATA_NODE_LABEL = "katacontainers.io/kata-runtime"
 
 # How far ahead of this clock a sample time or heartbeat may lie and still be believed: clocks
@@ -110,10 +111,15 @@ class ExtenderConfig:
     decisions_memory: int = DEFAULT_DECISIONS_MEMORY
     # What the learned workload profiles weigh (extender.profiles); 0 turns them off.
     profile_weight: float = 0.5
+    # Who may call the scheduler routes (/scheduler/*, /volcano/*): "none" (whoever reaches
+    # the port) or "client-cert" (a client certificate the web config's client CA verified).
+    scheduler_auth: str = "none"
 
     def __post_init__(self) -> None:
         if not 0 <= self.profile_weight <= 1:
             raise ValueError("--profile-weight must be within 0-1")
+        if self.scheduler_auth not in SCHEDULER_AUTH:
+            raise ValueError(f"scheduler auth must be one of {', '.join(SCHEDULER_AUTH)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,6 +173,42 @@ def test_extender_tls_values_become_its_web_config(tmp_path: Path) -> None:
     assert probe["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
 
 
+def test_scheduler_client_auth_requires_certificates_of_the_schedulers_only(tmp_path: Path):
+    """Issue 27 item 5: the chart sets up the route-level rule: certificates asked for and
+    verified (not required: Prometheus and the kubelet have none), the extender requiring one
+    on its scheduler routes, kube-scheduler presenting its own; refused with Volcano, whose
+    extender client sends none."""
+    tls = {"enabled": True, "secretName": "x", "schedulerClientAuth": True}
+    kube = {"clientCertFile": "/etc/k/client.crt", "clientKeyFile": "/etc/k/client.key"}
+    values = {"extender": {"tls": tls},
+              "scheduler": {"volcano": {"configMap": False}, "kubeScheduler": kube}}  # fmt: skip
+    rendered = render(values)
+    c = container(rendered, "Deployment", "-extender")
+    args = extender_parser().parse_args(c["args"])
+    assert args.scheduler_auth == "client-cert"
+    config = served_web_config(rendered, "extender", tmp_path)
+    assert config.tls is not None and config.tls.client_auth_type == "VerifyClientCertIfGiven"
+    assert config.tls.client_ca_file == f"{tmp_path}/ca.crt"
+    probe = c["readinessProbe"]["httpGet"]  # the kubelet needs no certificate
+    assert probe == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    scheduler = yaml.safe_load(
+        rendered.one("ConfigMap", "-kube-scheduler")["data"]["kube-scheduler-config.yaml"]
+    )
+    [extender] = scheduler["extenders"]
+    assert extender["tlsConfig"]["certFile"] == "/etc/k/client.crt"
+    assert extender["tlsConfig"]["keyFile"] == "/etc/k/client.key"
+    for bad, why in (
+        (merge(values, {"scheduler": {"volcano": {"configMap": True}}}), "no client certificate"),
+        (merge(values, {"extender": {"tls": {"enabled": False}}}), "needs extender.tls.enabled"),
+    ):
+        with pytest.raises(Exception, match=why):
+            render(bad)
+    assert (
+        "--scheduler-auth=client-cert"
+        not in container(render({}), "Deployment", "-extender")["args"]
+    )
+
+
 HASH = "$2b$04$" + "a" * 53
 
 

@@ -15,6 +15,10 @@ Call with (dict "ctx" $ "component" NAME).
 {{- if $tls.clientAuth -}}
 {{- $_ := set $t "client_auth_type" "RequireAndVerifyClientCert" -}}
 {{- $_ := set $t "client_ca_file" "/etc/mco/tls/ca.crt" -}}
+{{- else if $tls.schedulerClientAuth -}}
+{{- /* Certificates asked for and verified, required by the extender on its scheduler routes only. */ -}}
+{{- $_ := set $t "client_auth_type" "VerifyClientCertIfGiven" -}}
+{{- $_ := set $t "client_ca_file" "/etc/mco/tls/ca.crt" -}}
 {{- end -}}
 {{- $_ := set $doc "tls_server_config" (merge (default (dict) (get $doc "tls_server_config")) $t) -}}
 {{- end -}}
