@@ -54,6 +54,7 @@ from mco.apierrors import (
 from mco.backoff import Backoff
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi, NodeTaints
+from reporter.nodewriter import NodeWriter, OutOfTokens
 from reporter.schema import MAX_CLOCK_SKEW, entry_time, parse_time
 from reporter.tracker import ReportView
 
@@ -86,30 +87,6 @@ def ours(taint: dict[str, Any]) -> bool:
     return taint.get("key") == TAINT_KEY
 
 
-class _OutOfTokens(Exception):
-    """The rate limit holds the next request back: the node waits for a later cycle."""
-
-
-class TokenBucket:
-    """``rate`` tokens a second, at most ``burst`` saved up."""
-
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("taint rate limit: need qps > 0 and burst >= 1")
-        self.rate, self.burst, self.clock = rate, float(burst), clock
-        self.tokens = float(burst)
-        self.at = clock()
-
-    def take(self) -> bool:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
 @dataclass(slots=True)
 class TaintResult:
     skipped: bool = False  # not leading, or backing off: nothing was looked at
@@ -140,7 +117,7 @@ class _Known:
         return any(ours(t) for t in self.taints)
 
 
-class NodeTainter:
+class NodeTainter(NodeWriter[_Known]):
     def __init__(
         self,
         api: NodeApi,
@@ -154,22 +131,16 @@ class NodeTainter:
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
     ) -> None:
-        self.api = api
+        super().__init__(
+            api, _Known.of, qps=qps, burst=burst, resync=resync, may_write=may_write,
+            clock=clock, backoff=backoff, errors=metrics.taint_errors, log=log,
+        )  # fmt: skip
         self.metrics = metrics
         if not 0 < max_share <= 1:
             raise ValueError("taint max share: need 0 < share <= 1")
-        self.resync = resync
         self.max_share = max_share
-        self.may_write = may_write
-        self.clock = clock
-        self.bucket = TokenBucket(qps, burst, clock)
-        self.backoff = backoff or Backoff(1.0, 30.0)
-        self.retry_at = -math.inf
-        self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
-        self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
         self._conflicts: dict[str, int] = {}  # 409s of a change the rate limit interrupted
         self._held_back = False  # the share cap held nodes back at the last sync (log once)
-        self._listed_at = -math.inf
 
     def forget(self) -> None:
         """Leadership lost: the next term lists the Nodes again."""
@@ -187,21 +158,9 @@ class NodeTainter:
     async def sync(self, view: ReportView, stale_after: float, now: float) -> TaintResult:
         """Bring the Nodes' taints in line with ``view`` (as far as the rate limit allows)."""
         result = TaintResult()
-        if not self.may_write() or self.clock() < self.retry_at:
-            result.skipped = True
+        nodes = await self._start(result)
+        if nodes is None:
             return result
-        try:
-            if self._nodes is None or (
-                self.resync > 0 and self.clock() - self._listed_at >= self.resync
-            ):
-                self._nodes = {n.name: _Known.of(n) for n in await self.api.list_all()}
-                self._absent.clear()
-                self._listed_at = self.clock()
-        except ApiError as exc:
-            self._error(result, exc, "listing the Nodes failed")
-            self._back_off()
-            return result
-        nodes = self._nodes
         want, held_back = self._within_share(wanted(view, stale_after, now), view)
         result.held_back = sorted(held_back)
         # Removals first: under the rate limit, freeing a node wins over filtering one more.
@@ -222,7 +181,7 @@ class NodeTainter:
                 continue
             try:
                 changed = await self._set(name, on)
-            except _OutOfTokens:
+            except OutOfTokens:
                 spent = True  # this node and the rest wait for the next cycle's tokens
                 result.pending += 1
                 continue
@@ -283,7 +242,7 @@ class NodeTainter:
     async def _set(self, name: str, on: bool) -> bool:
         """Give ``name`` MCO's taint (``on``) or take it away; False: nothing to do (already so,
         or the Node is gone). 409: read the Node again and retry. Every request, the retries'
-        reads and patches included, spends a token first (``_OutOfTokens`` when there is none)."""
+        reads and patches included, spends a token first (``OutOfTokens`` when there is none)."""
         nodes = self._nodes
         assert nodes is not None
         # Conflicts count across cycles: a node whose retries the bucket cuts short goes on
@@ -327,21 +286,11 @@ class NodeTainter:
 
     def _spend_or_hold(self, name: str, tries: int) -> None:
         """Take a token for the next request about ``name``; without one, remember its
-        conflicts so far and raise ``_OutOfTokens``."""
+        conflicts so far and raise ``OutOfTokens``."""
         if not self.bucket.take():
             if tries:
                 self._conflicts[name] = tries
-            raise _OutOfTokens
-
-    def _error(self, result: TaintResult, exc: ApiError, what: str, **extra: str) -> None:
-        result.errors.append(exc.kind)
-        self.metrics.taint_errors.labels(exc.kind).inc()
-        log.warning(
-            what, extra={"kind": exc.kind, "status": exc.status, "err": exc.message, **extra}
-        )
-
-    def _back_off(self) -> None:
-        self.retry_at = self.clock() + self.backoff.next()
+            raise OutOfTokens
 
     @staticmethod
     def _log_change(name: str, on: bool, view: ReportView) -> None:

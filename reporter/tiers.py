@@ -44,8 +44,8 @@ from mco.apierrors import CONFLICT, CONNECTION, NOT_FOUND, THROTTLED, UNCERTAIN,
 from mco.backoff import Backoff
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi, NodeTaints
+from reporter.nodewriter import NodeWriter, OutOfTokens
 from reporter.schema import MAX_CLOCK_SKEW, NodeEntry, entry_time, parse_time
-from reporter.taints import TokenBucket
 from reporter.tracker import ReportView
 
 TIER_LABEL: Final = "mco.io/interference-tier"
@@ -55,10 +55,6 @@ _RANK: Final = {t: i for i, t in enumerate(TIERS)}
 _ATTEMPTS: Final = 4
 _STOP_ROUND: Final = frozenset({CONNECTION, THROTTLED})
 log = logging.getLogger("mco.reporter.tiers")
-
-
-class _OutOfTokens(Exception):
-    """The bucket ran dry in the middle of a change (a retry): the rest waits a cycle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +126,7 @@ def _fresh_level(entry: NodeEntry, heartbeat: float, horizon: float, ahead: floa
     return entry.level if horizon <= entry_time(entry, heartbeat) <= ahead else None
 
 
-class NodeTierLabeller:
+class NodeTierLabeller(NodeWriter[_Known]):
     def __init__(
         self,
         api: NodeApi,
@@ -144,19 +140,13 @@ class NodeTierLabeller:
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff | None = None,
     ) -> None:
-        self.api = api
+        super().__init__(
+            api, _Known.of, qps=qps, burst=burst, resync=resync, may_write=may_write,
+            clock=clock, backoff=backoff, errors=metrics.tier_errors, log=log,
+        )  # fmt: skip
         self.metrics = metrics
         self.rule = rule or TierRule()
-        self.resync = resync
-        self.may_write = may_write
-        self.clock = clock
-        self.bucket = TokenBucket(qps, burst, clock)
-        self.backoff = backoff or Backoff(1.0, 30.0)
-        self.retry_at = -math.inf
-        self._nodes: dict[str, _Known] | None = None  # None: list the Nodes first
-        self._absent: set[str] = set()  # reported nodes without a Node (until the next list)
         self._below: dict[str, float] = {}  # node -> since when it may leave its tier
-        self._listed_at = -math.inf
 
     def forget(self) -> None:
         """Leadership lost: the next term lists the Nodes again (and starts from their labels)."""
@@ -198,21 +188,9 @@ class NodeTierLabeller:
     async def sync(self, view: ReportView, stale_after: float, now: float) -> TierResult:
         """Bring the Nodes' tier labels in line with ``view`` (as far as the rate limit allows)."""
         result = TierResult()
-        if not self.may_write() or self.clock() < self.retry_at:
-            result.skipped = True
+        nodes = await self._start(result)
+        if nodes is None:
             return result
-        try:
-            if self._nodes is None or (
-                self.resync > 0 and self.clock() - self._listed_at >= self.resync
-            ):
-                self._nodes = {n.name: _Known.of(n) for n in await self.api.list_all()}
-                self._absent.clear()
-                self._listed_at = self.clock()
-        except ApiError as exc:
-            self._error(result, exc, "listing the Nodes failed")
-            self._back_off()
-            return result
-        nodes = self._nodes
         want = self.wanted(view, stale_after, now)
         todo: list[tuple[str, Tier | None]] = [
             (n, None) for n, k in nodes.items() if k.value is not None and n not in want
@@ -231,7 +209,7 @@ class NodeTierLabeller:
                 continue
             try:
                 changed = await self._set(name, tier)
-            except _OutOfTokens:
+            except OutOfTokens:
                 result.pending += 1
                 continue
             except ApiError as exc:
@@ -262,7 +240,7 @@ class NodeTierLabeller:
 
     def _take(self) -> None:
         if not self.bucket.take():
-            raise _OutOfTokens
+            raise OutOfTokens
 
     async def _set(self, name: str, tier: Tier | None) -> bool:
         """Set ``name``'s label to ``tier`` (None: remove it); False: nothing to do (already so,
@@ -298,16 +276,6 @@ class NodeTierLabeller:
             nodes[name] = _Known.of(node)
             return True
         raise Conflict(409, f"Node {name}: still conflicting after {_ATTEMPTS} fresh reads")
-
-    def _error(self, result: TierResult, exc: ApiError, what: str, **extra: str) -> None:
-        result.errors.append(exc.kind)
-        self.metrics.tier_errors.labels(exc.kind).inc()
-        log.warning(
-            what, extra={"kind": exc.kind, "status": exc.status, "err": exc.message, **extra}
-        )
-
-    def _back_off(self) -> None:
-        self.retry_at = self.clock() + self.backoff.next()
 
     @staticmethod
     def _log_change(name: str, tier: Tier | None, view: ReportView) -> None:

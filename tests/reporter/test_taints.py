@@ -19,9 +19,10 @@ from reporter.kubesink import KubeSink
 from reporter.layout import LayoutChooser
 from reporter.metrics import ReporterMetrics
 from reporter.nodeapi import NodeApi
+from reporter.nodewriter import TokenBucket
 from reporter.query import Kind, Plan
 from reporter.ruleconfig import RuleConfigSource
-from reporter.taints import TAINT, NodeTainter, TokenBucket
+from reporter.taints import TAINT, NodeTainter
 from reporter.tracker import Tracker
 from rulegen.model import DetectionRuleConfig
 from testkit.answers import T0, quiet_values, snapshot
