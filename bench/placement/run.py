@@ -43,7 +43,7 @@ import yaml
 
 from bench.placement import kubeapi
 from bench.placement.causes import Causes
-from bench.placement.cluster import Cluster, node_kinds
+from bench.placement.cluster import Cluster, demands, node_kinds
 from bench.placement.model import NODE_CPU, Signals, inflation, signals
 from bench.placement.pipeline import (
     Extender,
@@ -60,7 +60,7 @@ from bench.placement.scheduler import (
     VolcanoExtender,
     uid,
 )
-from bench.placement.target import LiveFleet, serving
+from bench.placement.target import LiveFleet, Resident, serving
 from bench.placement.tiers import TierLabels
 from bench.placement.trace import SCENARIOS, PodSpec, TraceShape, generate
 
@@ -175,6 +175,20 @@ POLICY_SETS = (
 )
 
 
+def residents(c: Cluster, node: str) -> list[Resident]:
+    """The node's running pods as its exporter sees them: each with its phase's demand."""
+    n = c.nodes[node]
+    return [
+        Resident(uid(c, pod), pod, d) for pod, d in zip(n.running.values(), demands(n), strict=True)
+    ]
+
+
+def learns(policy: PolicySet) -> bool:
+    """Whether its extender uses learned workload profiles (its fleet serves per-pod series):
+    every MCO policy set but the labels-only ablation."""
+    return policy.extender and policy.overrides != LABELS_ONLY
+
+
 @dataclass
 class Run:
     policy: PolicySet
@@ -266,7 +280,8 @@ async def step(run: Run, now: float, startup: float, tick: float | None = None) 
                 run.pods_api.bind(pod, uid(c, pod), node, time.time())
     c.pending = still
     for node in changed - run.down:
-        run.fleet.set(node, c.nodes[node].signals())
+        n = c.nodes[node]
+        run.fleet.set(node, n.signals(), residents=residents(c, node), llc_mb=n.kind.llc_mb)
 
 
 def observe(
@@ -525,11 +540,14 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
         flush=True,
     )
     policies = {p.name: p for p in (*POLICY_SETS, *args.variants)}
-    fleets = {p.pipeline: LiveFleet() for p in policies.values()}
+    # Per-pod series only where an extender learns profiles from them: not the baselines'
+    # observer, not the labels-only ablation (no interference signal at all).
+    fleets = {p.pipeline: LiveFleet(pods=learns(p)) for p in policies.values()}
     hysteresis = hysteresis_available()
     print(f"hysteresis fields in this checkout: {'yes' if hysteresis else 'no'}", flush=True)
     watch = extender_has_flag("--watch-pods")
     print(f"extender pod watch (--watch-pods): {'yes' if watch else 'no'}", flush=True)
+    profiles = extender_has_flag("--profile-weight")
     layout = [(p.name, "none") for p in policies.values() if not p.extender] + [
         (p.name, proto) for p in policies.values() if p.extender for proto in args.protocols
     ]
@@ -562,6 +580,8 @@ async def simulate(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]
                     pods_api = kubeapi.PodStore()
                     kubeconfig = stack.enter_context(kubeapi.serving(pods_api, pipeline.workdir))
                     extender_args = ("--watch-pods", f"--kubeconfig={kubeconfig}")
+                if not learns(policy) and profiles:
+                    extender_args += ("--profile-weight=0",)
                 extender = pipeline.add_extender(protocol, extender_args)
             clusters.append((policy, protocol, cluster, pods_api, extender))
         for policy, _, cluster, _, _ in clusters:

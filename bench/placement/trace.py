@@ -25,6 +25,11 @@ ONLINE_PROFILES: dict[str, Demand] = {
 }
 
 
+NAMESPACE = "bench"  # every trace pod's
+# A pod-template-hash as the ReplicaSet controller writes one (consonants and digits).
+TEMPLATE_HASH = "5d8f7c6b9"
+
+
 @dataclass(frozen=True)
 class PodSpec:
     name: str
@@ -65,6 +70,20 @@ class PodSpec:
     def sensitivity(self) -> str:
         """The resource whose contention slows this (online) pod."""
         return self.sensitive or self.profile
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """Its controller (kind, name), as kube-state-metrics' ``created_by_*`` and the Pod's
+        ``ownerReferences`` give it: the pods of one template share it. An online pod is a
+        Deployment's (its ReplicaSet ``<deployment>-<pod-template-hash>``), one per profile;
+        a burst is one Job; steady batch and best-effort pods one Job per class and profile;
+        pods without the class label are a template of their own."""
+        plain = "" if self.labelled else "-nolabel"
+        if self.online:
+            return "ReplicaSet", f"online-{self.profile}{plain}-{TEMPLATE_HASH}"
+        if self.burst is not None:
+            return "Job", f"burst{self.burst}{plain}"
+        return "Job", f"{self.workload_class}-{self.profile}{plain}"
 
     @property
     def labels(self) -> dict[str, str]:

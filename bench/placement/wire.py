@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from bench.placement.model import NODE_CPU, NODE_MEMORY
-from bench.placement.trace import PodSpec
+from bench.placement.trace import NAMESPACE, PodSpec
 from testkit import bodies
 
 Json = dict[str, Any]
@@ -28,13 +28,25 @@ encode = msgspec.json.Encoder().encode  # compact, keys in insertion order, as G
 def pod_object(pod: PodSpec, node: str = "", uid: str = "") -> Json:
     """``uid`` tells apart the same trace pod in different clusters (reservations key on it)."""
     cpu_m, mem_mi = int(pod.demand.cpu * 1000), int(pod.demand.memory * 1024)
+    kind, owner = pod.owner
     return {
         "metadata": {
             "name": pod.name,
-            "namespace": "bench",
+            "namespace": NAMESPACE,
             "uid": uid or f"uid-{pod.name}",
             "labels": pod.labels,
             "annotations": {},
+            # Its controller, as the extender's pod watch and the reporter (kube_pod_info)
+            # name its workload; ObjectMeta's field order (Volcano's bodies keep Go's).
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1" if kind == "Job" else "apps/v1",
+                    "kind": kind,
+                    "name": owner,
+                    "uid": f"uid-{owner}",
+                    "controller": True,
+                }
+            ],
         },
         "spec": {
             "nodeName": node,
