@@ -73,6 +73,11 @@ spec:
           ports:
             - name: {{ .portName }}
               containerPort: {{ .port }}
+            {{- if .schedulerPort }}
+            - name: scheduler
+              containerPort: {{ .schedulerPort }}
+              protocol: TCP
+            {{- end }}
               protocol: TCP
           {{- .probes | nindent 10 }}
           {{- with $c.resources }}
