@@ -73,12 +73,12 @@ spec:
           ports:
             - name: {{ .portName }}
               containerPort: {{ .port }}
+              protocol: TCP
             {{- if .schedulerPort }}
             - name: scheduler
               containerPort: {{ .schedulerPort }}
               protocol: TCP
             {{- end }}
-              protocol: TCP
           {{- .probes | nindent 10 }}
           {{- with $c.resources }}
           resources:
