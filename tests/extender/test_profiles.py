@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from extender.app import RESIDENTS
@@ -28,7 +29,10 @@ from tests.extender.test_pod_watch import PODS, pod, watch_config
 
 T0 = 1_800_000_000.0
 ONLINE = DEFAULT_POLICIES[0]  # latency-sensitive: maxLevel 0.3
-DEFAULT = DEFAULT_POLICIES[-1]
+# The catch-all policy with its label segregation off (avoidFilter would reject a node with a
+# latency-sensitive pod outright, avoidPerPod take 5 off it): this file judges the profile
+# terms alone; tests/extender/test_segregation.py judges the segregation.
+DEFAULT = msgspec.structs.replace(DEFAULT_POLICIES[-1], avoid_filter=False, avoid_per_pod=0.0)
 ETL = "shop/Deployment/etl"
 CACHE = "shop/StatefulSet/cache"
 
@@ -145,16 +149,18 @@ async def test_the_app_learns_residents_workloads_and_explains_the_terms(
         "etl-5d8f7b9c4-x2k8p", "a", "ReplicaSet", "etl-5d8f7b9c4", {}
     )
     online = {WORKLOAD_CLASS_LABEL: "latency-sensitive"}
-    kmock.objects[PODS, "shop", "cache-0"] = owned("cache-0", "b", "StatefulSet", "cache", online)
+    # cache carries no class label: a latency-sensitive one would keep etl's pods off b by the
+    # shipped segregation (avoidFilter) before any profile counted.
+    kmock.objects[PODS, "shop", "cache-0"] = owned("cache-0", "b", "StatefulSet", "cache", {})
     client = await serve(watch_config(path, kubeconfig))
     residents = client.server.app[RESIDENTS]
     await wait_for(lambda: len(residents) == 2, what="the pod list")
     # A new etl pod scores b, where cache runs, lower: cache's memory sensitivity 0.5 at
-    # confidence 0.5 blended with 1 (its policy has a maxLevel) = 0.75, x etl's llc 0.72 x 0.5
-    # = 0.27 off 95: kube's 7 against 10.
+    # confidence 0.5 blended with 0 (its policy, the catch-all, has no maxLevel) = 0.25, x etl's
+    # llc 0.72 x 0.5 = 0.09 off 95: kube's 9 against 10.
     args = kube_args(["a", "b", "c"], {}, ("ReplicaSet", "etl-7c9f4d8b6"))
     raw = await (await client.post("/scheduler/prioritize", data=args)).read()
-    assert {h["Host"]: h["Score"] for h in json.loads(raw)} == {"a": 10, "b": 7, "c": 10}
+    assert {h["Host"]: h["Score"] for h in json.loads(raw)} == {"a": 10, "b": 9, "c": 10}
     args = kube_args(["a", "b"], online, None)
     answer = json.loads(await (await client.post("/scheduler/filter", data=args)).read())
     assert answer["NodeNames"] == ["b"]
