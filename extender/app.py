@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import decisions, kube, volcano
@@ -245,6 +246,26 @@ def _client_cert_required(handler: Handler) -> Handler:
     return guarded
 
 
+_SCHEDULER_PREFIXES = ("/scheduler/", "/volcano/")
+
+
+def _split_ports(scheduler_port: int) -> Middleware:
+    """``--web.scheduler-listen-address``: the scheduler routes answer only on their own port
+    and every other route only on the main one; elsewhere 404, as if the route did not exist,
+    so a NetworkPolicy on the scheduler port decides who may create reservations."""
+
+    @web.middleware
+    async def split(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        on_scheduler_port = sockname is not None and sockname[1] == scheduler_port
+        if request.path.startswith(_SCHEDULER_PREFIXES) != on_scheduler_port:
+            raise web.HTTPNotFound()
+        return await handler(request)
+
+    return split
+
+
 def _source_ended(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("the report source stopped", exc_info=exc)
@@ -300,6 +321,8 @@ def make_app(config: ExtenderConfig, amount_for: AmountFor | None = None) -> web
     ``reservationPerPod`` of the pod's policy, from the policies in force)."""
     quiet_bad_requests()
     app = web.Application(client_max_size=config.max_body_bytes)
+    if config.scheduler_port is not None:
+        app.middlewares.append(_split_ports(config.scheduler_port))
     store = ReportStore()
     rc = config.reservation
     reservations = Reservations(rc.span, rc.span + config.verdict.stale_after)

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from extender.config import (
     VerdictConfig,
 )
 from mco import webserver
-from mco.flags import duration, size
+from mco.flags import duration, listen_address, size
 from mco.logs import add_log_flags
 from mco.settings import (
     Parser,
@@ -176,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
         "client_ca_file verifies (client-cert: needs tls_server_config with client_ca_file and "
         "client_auth_type VerifyClientCertIfGiven, so /metrics and the probes need none)",
     )
+    server.add_argument(
+        "--web.scheduler-listen-address",
+        dest="scheduler_listen",
+        default="",
+        metavar="[HOST]:PORT",
+        help="serve the scheduler routes (/scheduler/*, /volcano/*) on this address of their "
+        "own, with the same --web.config.file, and answer them 404 on --web.listen-address, "
+        "which keeps /metrics, the probes and /v1/*: a NetworkPolicy can then let only the "
+        "schedulers reach this port (default: every route on --web.listen-address)",
+    )
     add_web_flags(
         server,
         default_listen=DEFAULT_LISTEN,
@@ -193,6 +204,18 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         raise ValueError("--max-body-memory must be at least --max-body-size")
     if args.decisions_memory <= 0:
         raise ValueError("--decisions-memory must be positive")
+    scheduler_port = None
+    if args.scheduler_listen:
+        try:
+            _, scheduler_port = listen_address(args.scheduler_listen)
+        except ValueError as exc:
+            raise ValueError(f"--web.scheduler-listen-address: {exc}") from exc
+        _, main_port = listen_address(args.listen)
+        if scheduler_port == 0 or scheduler_port == main_port:
+            raise ValueError(
+                "--web.scheduler-listen-address needs a port of its own, not 0 and not "
+                "--web.listen-address's"
+            )
     return ExtenderConfig(
         verdict=VerdictConfig(
             stale_after=args.stale_after,
@@ -217,6 +240,7 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         decisions_memory=args.decisions_memory,
         profile_weight=args.profile_weight,
         scheduler_auth=args.scheduler_auth or "none",
+        scheduler_port=scheduler_port,
     )
 
 
@@ -265,16 +289,45 @@ def serve(settings: ExtenderSettings) -> None:
     app = make_app(settings.config)
     app.on_startup.append(announce)
     webserver.install(app, web_.config)
+    scheduler_socks = []
+    if settings.config.scheduler_port is not None:
+        # Same host as the main address, same TLS and auth (run_app serves both).
+        scheduler_socks = listen_sockets(
+            web_.host, settings.config.scheduler_port, reuse_port=settings.reuse_port
+        )
     web.run_app(
         app,
         host=web_.bind_host,  # None: every interface, both address families
         port=web_.port,
+        sock=scheduler_socks or None,
         ssl_context=web_.config.ssl_context,
         reuse_port=settings.reuse_port,
         access_log=None,
         print=None,
         shutdown_timeout=5.0,
     )
+
+
+def listen_sockets(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
+    """Bound sockets for ``[host]:port``; no host binds every interface, IPv4 and IPv6 (as
+    aiohttp does for the main address), so one scheduler port works in any cluster."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
 
 
 def serve_workers(argv: Sequence[str], workers: int) -> int:

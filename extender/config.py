@@ -114,6 +114,9 @@ class ExtenderConfig:
     # Who may call the scheduler routes (/scheduler/*, /volcano/*): "none" (whoever reaches
     # the port) or "client-cert" (a client certificate the web config's client CA verified).
     scheduler_auth: str = "none"
+    # --web.scheduler-listen-address's port: the scheduler routes answer only there, and the
+    # main port keeps /metrics, the probes and /v1/* (None: every route on the main port).
+    scheduler_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.profile_weight <= 1:

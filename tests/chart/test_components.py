@@ -268,7 +268,7 @@ def test_volcano_configmap_is_what_print_config_prints(tls: bool) -> None:
     rendered = render(values)
     data = rendered.one("ConfigMap", "-volcano-scheduler")["data"]
     scheme = "https" if tls else "http"
-    url = f"{scheme}://mco-extender.mco-system.svc:9848"
+    url = f"{scheme}://mco-extender.mco-system.svc:9851"
     printed = _printed(["--volcano", "--url", url, "--http-timeout", "300ms"])
     assert yaml.safe_load(data["extender-tier.yaml"]) == printed
     whole = yaml.safe_load(data["volcano-scheduler.conf"])
@@ -298,7 +298,7 @@ def test_kube_scheduler_configmap_is_what_print_config_prints(
     }
     data = render(values).one("ConfigMap", "-kube-scheduler")["data"]
     scheme = "https" if tls else "http"
-    argv = ["--kube-scheduler", "--url", f"{scheme}://mco-extender.mco-system.svc:9848"]
+    argv = ["--kube-scheduler", "--url", f"{scheme}://mco-extender.mco-system.svc:9851"]
     argv += ["--lease-namespace", "mco-system", "--scheduler-name", name or "mco-kube-scheduler"]
     if replicas > 1:
         argv.append("--leader-elect")

@@ -26,6 +26,8 @@ from tests.chart.helm import (
 
 # The port each workload serves, by component (the chart's defaults).
 PORTS = {"exporter": 9847, "reporter": 9849, "rulegen": 9850, "extender": 9848}
+# The extender's scheduler routes, on a port of their own (extender.schedulerPort).
+SCHEDULER_PORT = 9851
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,21 @@ def test_each_workload_admits_only_prometheus_and_the_schedulers(scenario: str) 
         (mine,) = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
         assert mine["metadata"]["name"] == f"mco-{component}"
         assert mine["metadata"]["namespace"] == NAMESPACE
-        (port,) = ports
-        assert port == PORTS[component]
-        assert {p["port"] for r in mine["spec"]["ingress"] for p in r["ports"]} == {port}
+        port = PORTS[component]
+        extender = component == "extender"
+        assert ports == ({port, SCHEDULER_PORT} if extender else {port})
+        assert {p["port"] for r in mine["spec"]["ingress"] for p in r["ports"]} == ports
         assert admitted(policies, labels, PROMETHEUS, port), component
-        schedulers = admitted(policies, labels, VOLCANO, port)
-        assert schedulers == (component == "extender"), component
-        assert admitted(policies, labels, KUBE_SCHEDULER, port) == schedulers
+        # The schedulers reach only the scheduler port, Prometheus only the metrics port.
+        assert not admitted(policies, labels, VOLCANO, port)
+        assert not admitted(policies, labels, KUBE_SCHEDULER, port)
+        if extender:
+            assert admitted(policies, labels, VOLCANO, SCHEDULER_PORT)
+            assert admitted(policies, labels, KUBE_SCHEDULER, SCHEDULER_PORT)
+            assert not admitted(policies, labels, PROMETHEUS, SCHEDULER_PORT)
         for stranger in STRANGERS:
-            assert not admitted(policies, labels, stranger, port), (component, stranger)
+            for p in ports:
+                assert not admitted(policies, labels, stranger, p), (component, stranger)
         # Nothing but the port: Prometheus on another port of the same pod is refused.
         assert not admitted(policies, labels, PROMETHEUS, port + 1000)
 
@@ -168,7 +176,8 @@ def test_policies_follow_ports_release_and_rulegen_rendering() -> None:
     rendered = render(values, release="edge")
     pods = workloads(rendered)
     policies = rendered.of_kind("NetworkPolicy")
-    for component, (labels, (port,)) in pods.items():
+    for component, (labels, ports) in pods.items():
+        (port,) = ports - {SCHEDULER_PORT}
         assert admitted(policies, labels, PROMETHEUS, port), component
     assert {p["metadata"]["name"] for p in policies} == {f"edge-mco-{c}" for c in pods}
     # Rendered offline, the rulegen controller and its policy are there; turned off, neither.
@@ -196,9 +205,10 @@ def test_custom_peers_kube_scheduler_on_the_host_network() -> None:
     rendered = render(values)
     policies = rendered.of_kind("NetworkPolicy")
     labels, _ = workloads(rendered)["extender"]
-    assert admitted(policies, labels, host_scheduler, 9848)
-    assert not admitted(policies, labels, Source({}, "", ip="10.0.0.200"), 9848)
-    assert not admitted(policies, labels, VOLCANO, 9848)  # the defaults were replaced
+    assert admitted(policies, labels, host_scheduler, SCHEDULER_PORT)
+    assert not admitted(policies, labels, host_scheduler, 9848)
+    assert not admitted(policies, labels, Source({}, "", ip="10.0.0.200"), SCHEDULER_PORT)
+    assert not admitted(policies, labels, VOLCANO, SCHEDULER_PORT)  # the defaults were replaced
     vm = Source({"app": "vm"}, "metrics", namespace_labels={"team": "obs"})
     assert admitted(policies, labels, vm, 9848)
     assert not admitted(policies, labels, PROMETHEUS, 9848)
@@ -208,6 +218,45 @@ def test_custom_peers_kube_scheduler_on_the_host_network() -> None:
         )
 
 
+def test_one_port_for_every_route_with_scheduler_port_zero() -> None:
+    """extender.schedulerPort 0: the schedulers and Prometheus share the one port, as before,
+    and the scheduler ConfigMaps point at it."""
+    rendered = render({"extender": {"schedulerPort": 0}})
+    policies = rendered.of_kind("NetworkPolicy")
+    labels, ports = workloads(rendered)["extender"]
+    assert ports == {9848}
+    for src in (VOLCANO, KUBE_SCHEDULER, PROMETHEUS):
+        assert admitted(policies, labels, src, 9848)
+    (deployment,) = [o for o, _ in rendered.containers() if o["metadata"]["name"] == "mco-extender"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--web.scheduler-listen-address") for a in args)
+    text = yaml.safe_dump(rendered.of_kind("ConfigMap"))
+    assert ".svc:9848/volcano" in text and ".svc:9848/scheduler" in text
+
+
+def test_the_schedulers_are_pointed_at_the_scheduler_port() -> None:
+    """Every template that sends a scheduler to the extender uses the scheduler port: the
+    extender's flag, its container and Service ports, both ConfigMaps' URLs."""
+    rendered = render({"extender": {"schedulerPort": 19851, "service": {"schedulerPort": 443}}})
+    (deployment,) = [o for o, _ in rendered.containers() if o["metadata"]["name"] == "mco-extender"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--web.scheduler-listen-address=:19851" in container["args"]
+    assert {"name": "scheduler", "containerPort": 19851} in [
+        {k: p[k] for k in ("name", "containerPort")} for p in container["ports"]
+    ]
+    (service,) = [s for s in rendered.of_kind("Service") if s["metadata"]["name"] == "mco-extender"]
+    assert {"name": "scheduler", "port": 443, "targetPort": "scheduler", "protocol": "TCP"} in (
+        service["spec"]["ports"]
+    )
+    text = yaml.safe_dump(rendered.of_kind("ConfigMap"))
+    assert ".svc:443/volcano" in text and ".svc:443/scheduler" in text
+    assert ".svc:9848/volcano" not in text and ".svc:9848/scheduler" not in text
+    labels, _ = workloads(rendered)["extender"]
+    policies = rendered.of_kind("NetworkPolicy")
+    assert admitted(policies, labels, VOLCANO, 19851)
+    assert not admitted(policies, labels, VOLCANO, 9848)
+
+
 def test_no_rule_admits_everyone() -> None:
     """Empty peer lists deny; the chart never renders a rule without `from` or `ports`."""
     rendered = render({"networkPolicy": {"prometheus": [], "schedulers": []}})
@@ -215,8 +264,9 @@ def test_no_rule_admits_everyone() -> None:
     assert len(policies) == 4
     for policy in policies:
         assert policy["spec"]["ingress"] == []
-    for component, (labels, (port,)) in workloads(rendered).items():
-        assert not admitted(policies, labels, PROMETHEUS, port), component
+    for component, (labels, ports) in workloads(rendered).items():
+        for port in ports:
+            assert not admitted(policies, labels, PROMETHEUS, port), component
     for scenario in SCENARIOS:
         for policy in render_scenario(scenario).of_kind("NetworkPolicy"):
             for rule in policy["spec"]["ingress"]:
@@ -296,12 +346,12 @@ def test_notes_warn_when_a_host_network_kube_scheduler_is_blocked(
         values["networkPolicy"] = {"schedulers": schedulers}
     before = render(values)
     labels, _ = workloads(before)["extender"]
-    assert not admitted(before.of_kind("NetworkPolicy"), labels, HOST_SCHEDULER, 9848)
+    assert not admitted(before.of_kind("NetworkPolicy"), labels, HOST_SCHEDULER, SCHEDULER_PORT)
     assert BLOCKED in before.notes and "waits out httpTimeout (3s)" in before.notes
 
     after = render(merge(values, _values_from_notes(before.notes)))
     policies = after.of_kind("NetworkPolicy")
-    assert admitted(policies, labels, HOST_SCHEDULER, 9848)
+    assert admitted(policies, labels, HOST_SCHEDULER, SCHEDULER_PORT)
     assert not admitted(policies, labels, Source({}, "", ip="10.0.0.12"), 9848)
     for src in (VOLCANO, KUBE_SCHEDULER, PROMETHEUS, *STRANGERS):
         was = admitted(before.of_kind("NetworkPolicy"), labels, src, 9848)

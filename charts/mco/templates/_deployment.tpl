@@ -74,6 +74,11 @@ spec:
             - name: {{ .portName }}
               containerPort: {{ .port }}
               protocol: TCP
+            {{- if .schedulerPort }}
+            - name: scheduler
+              containerPort: {{ .schedulerPort }}
+              protocol: TCP
+            {{- end }}
           {{- .probes | nindent 10 }}
           {{- with $c.resources }}
           resources:

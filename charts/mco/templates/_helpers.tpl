@@ -176,6 +176,14 @@ seccompProfile:
 {{- printf "%s://%s.%s.svc:%v" (include "mco.extenderScheme" .) (include "mco.extenderServiceName" .) .Release.Namespace .Values.extender.service.port -}}
 {{- end -}}
 
+{{/* Base URL the schedulers call: the scheduler port of the Service when the extender serves
+the scheduler routes on a port of their own (extender.schedulerPort), else the one port. */}}
+{{- define "mco.extenderSchedulerURL" -}}
+{{- $port := .Values.extender.service.port -}}
+{{- if .Values.extender.schedulerPort }}{{ $port = .Values.extender.service.schedulerPort }}{{ end -}}
+{{- printf "%s://%s.%s.svc:%v" (include "mco.extenderScheme" .) (include "mco.extenderServiceName" .) .Release.Namespace $port -}}
+{{- end }}
+
 {{- define "mco.extenderTLSSecretName" -}}
 {{- if .Values.extender.tls.secretName -}}
 {{- .Values.extender.tls.secretName -}}
