@@ -100,13 +100,13 @@ def test_the_real_reporter_learns_workloads_from_real_per_pod_series(tmp_path: P
     entry = status["nodes"][NODE]
     # Every named pod that kube-state-metrics lists carries its workload; the fleet's other
     # pods (no kube_pod_info) carry none and teach nothing.
-    named = {p["podUid"]: p.get("workload", "") for p in entry["victims"] + entry["aggressors"]}
-    assert named["victim"] == "shop/Deployment/web"  # the ReplicaSet's Deployment
-    assert named["throttled"] == "batch/CronJob/etl"  # the Job's CronJob
-    assert all(w == "" for uid, w in named.items() if uid not in {u for u, *_ in PODS})
+    workloads = {p["podUid"]: p.get("workload", "") for p in entry["victims"] + entry["aggressors"]}
+    assert workloads["victim"] == "shop/Deployment/web"  # the ReplicaSet's Deployment
+    assert workloads["throttled"] == "batch/CronJob/etl"  # the Job's CronJob
+    assert all(w == "" for uid, w in workloads.items() if uid not in {u for u, *_ in PODS})
     profiles = {p["workload"]: p for p in status["profiles"]}
     # Only workloads the lists named are learned (the fleet's unnamed pods teach nothing).
-    assert set(profiles) == {w for w in named.values() if w}
+    assert set(profiles) == {w for w in workloads.values() if w}
     assert {"shop/Deployment/web", "batch/CronJob/etl"} <= set(profiles)
     # Every listed pod of a known workload taught its workload that resource in that role, in
     # this run and maybe the first (the fleet's stalls still ramp up then, so a pod's lists can
