@@ -168,8 +168,13 @@ def test_data_path_runs_through_the_image(box, full, tmp_path):
     assert "--watch-pods" in extender.command
     extender = extender.running(*(a for a in extender.command if a != "--watch-pods"))
     extender.binds.append((reports, "/reports", True))
+    # The chart serves the scheduler routes on a port of their own (extender.schedulerPort).
+    assert any(a.startswith("--web.scheduler-listen-address=") for a in extender.command)
+    scheduler_port = free_port()
     extender = extender.with_args(
-        "--report-file=/reports/report.json", f"--web.listen-address=127.0.0.1:{extender_port}"
+        "--report-file=/reports/report.json",
+        f"--web.listen-address=127.0.0.1:{extender_port}",
+        f"--web.scheduler-listen-address=127.0.0.1:{scheduler_port}",
     )
 
     with served(box, exporter, "mco-exporter", tmp_path / "exporter.log") as exp:
@@ -189,14 +194,15 @@ def test_data_path_runs_through_the_image(box, full, tmp_path):
                    if n["name"] == NODE]  # fmt: skip
         # The verdict comes from the reporter's entry, not the missing-data fallback.
         assert not view["fallback"] and not view["stale"], view
-        plain = requests.post(f"{url}/volcano/predicate",
+        scheduler = f"http://127.0.0.1:{scheduler_port}"
+        plain = requests.post(f"{scheduler}/volcano/predicate",
                               data=bodies.volcano_predicate(NODE), timeout=10)  # fmt: skip
         assert plain.status_code == 200
         assert (plain.json()["code"] == 0) == view["schedulable"], (plain.json(), view)
         # No Kata on this host: the exporter reported so, and a kata-* pod is kept off.
         assert view["kataReady"] is False
         kata = requests.post(
-            f"{url}/volcano/predicate",
+            f"{scheduler}/volcano/predicate",
             data=bodies.volcano_predicate(NODE, runtime_class="kata-qemu"),
             timeout=10,
         )
